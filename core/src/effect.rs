@@ -1,0 +1,64 @@
+use crate::{Mode, Ms};
+
+/// Why a holder was removed as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Its lease deadline passed.
+    Lapse,
+    /// A leader resigned.
+    Resign,
+}
+
+/// One deterministic state change. Applying the same effects in the same order to the same
+/// state gives the same state, whatever the clock says: this is what replicas and the AOF see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// `owner` gains one hold of `mode`; its lease now ends at `deadline` and its token is
+    /// `token` (the same token for a reentrant grant, a new one otherwise).
+    Grant {
+        owner: Box<[u8]>,
+        mode: Mode,
+        deadline: Ms,
+        token: u64,
+    },
+    /// `owner` gives back one hold: its write hold first, else one read hold.
+    Release { owner: Box<[u8]> },
+    /// `owner` loses all its holds.
+    Drop {
+        owner: Box<[u8]>,
+        reason: DropReason,
+    },
+    /// `owner`'s lease now ends at `deadline`.
+    Renew { owner: Box<[u8]>, deadline: Ms },
+}
+
+impl Effect {
+    pub fn owner(&self) -> &[u8] {
+        match self {
+            Effect::Grant { owner, .. }
+            | Effect::Release { owner }
+            | Effect::Drop { owner, .. }
+            | Effect::Renew { owner, .. } => owner,
+        }
+    }
+}
+
+/// A waiter that was granted: the shell answers it `token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Woken {
+    pub waiter: u64,
+    pub token: u64,
+}
+
+/// What one operation changed: the effects in order, and the waiters to answer.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub effects: Vec<Effect>,
+    pub woken: Vec<Woken>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.effects.is_empty() && self.woken.is_empty()
+    }
+}

@@ -1,0 +1,239 @@
+use std::collections::{BTreeSet, HashMap};
+
+use crate::{Mode, Ms};
+
+/// One owner's holds on a key: how many of each mode, its lease deadline and its token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub reads: u32,
+    pub writes: u32,
+    pub deadline: Ms,
+    pub token: u64,
+}
+
+impl Hold {
+    pub fn mode(&self) -> Mode {
+        if self.writes > 0 {
+            Mode::Write
+        } else {
+            Mode::Read
+        }
+    }
+
+    pub fn live(&self, now: Ms) -> bool {
+        now < self.deadline
+    }
+}
+
+/// A holder as the outside sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HolderView<'a> {
+    pub owner: &'a [u8],
+    pub hold: Hold,
+}
+
+/// The holders of a key. A single holder, the common case, is stored inline, so a one-holder
+/// lock costs two small allocations; more holders live in a table indexed by owner and by
+/// deadline, so that no operation scans them all.
+#[derive(Debug)]
+pub(crate) enum Holders {
+    One(Box<[u8]>, Hold),
+    /// Zero, or two and more holders.
+    Many(Box<Table>),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    by_owner: HashMap<Box<[u8]>, Hold>,
+    by_deadline: BTreeSet<(Ms, Box<[u8]>)>,
+}
+
+impl Default for Holders {
+    fn default() -> Self {
+        Holders::Many(Box::default())
+    }
+}
+
+impl Holders {
+    pub fn len(&self) -> usize {
+        match self {
+            Holders::One(..) => 1,
+            Holders::Many(t) => t.by_owner.len(),
+        }
+    }
+
+    pub fn get(&self, owner: &[u8]) -> Option<&Hold> {
+        match self {
+            Holders::One(o, h) => (**o == *owner).then_some(h),
+            Holders::Many(t) => t.by_owner.get(owner),
+        }
+    }
+
+    /// True when some holder holds the write lock (it is then the only holder).
+    pub fn has_writer(&self) -> bool {
+        matches!(self, Holders::One(_, h) if h.writes > 0)
+    }
+
+    /// Sets (or inserts) `owner`'s hold.
+    pub fn put(&mut self, owner: &[u8], hold: Hold) {
+        match self {
+            Holders::One(o, h) if **o == *owner => *h = hold,
+            Holders::One(..) => {
+                let Holders::One(o, h) = std::mem::take(self) else {
+                    unreachable!()
+                };
+                let mut t = Box::<Table>::default();
+                t.insert(o, h);
+                t.insert(owner.into(), hold);
+                *self = Holders::Many(t);
+            }
+            Holders::Many(t) if t.by_owner.is_empty() => {
+                *self = Holders::One(owner.into(), hold);
+            }
+            Holders::Many(t) => match t.by_owner.get_mut(owner) {
+                Some(h) => {
+                    if h.deadline != hold.deadline {
+                        let key = (h.deadline, Box::<[u8]>::from(owner));
+                        t.by_deadline.remove(&key);
+                        t.by_deadline.insert((hold.deadline, key.1));
+                    }
+                    *h = hold;
+                }
+                None => t.insert(owner.into(), hold),
+            },
+        }
+    }
+
+    /// Removes `owner`'s hold, if any.
+    pub fn remove(&mut self, owner: &[u8]) -> Option<Hold> {
+        match self {
+            Holders::One(o, h) if **o == *owner => {
+                let h = *h;
+                *self = Holders::default();
+                Some(h)
+            }
+            Holders::One(..) => None,
+            Holders::Many(t) => {
+                let (key, hold) = t.by_owner.remove_entry(owner)?;
+                t.by_deadline.remove(&(hold.deadline, key));
+                if t.by_owner.len() == 1 {
+                    // Back to the compact form; the table had at least two entries, so
+                    // this walk is paid for by the inserts that grew it.
+                    let (o, h) = t.by_owner.drain().next().expect("one entry");
+                    *self = Holders::One(o, h);
+                }
+                Some(hold)
+            }
+        }
+    }
+
+    /// The earliest deadline of any holder.
+    pub fn min_deadline(&self) -> Option<Ms> {
+        match self {
+            Holders::One(_, h) => Some(h.deadline),
+            Holders::Many(t) => t.by_deadline.first().map(|(d, _)| *d),
+        }
+    }
+
+    /// The latest deadline of any holder.
+    pub fn max_deadline(&self) -> Option<Ms> {
+        match self {
+            Holders::One(_, h) => Some(h.deadline),
+            Holders::Many(t) => t.by_deadline.last().map(|(d, _)| *d),
+        }
+    }
+
+    /// The owner whose deadline is earliest, if that deadline is at or before `now`.
+    pub fn first_lapsed(&self, now: Ms) -> Option<Box<[u8]>> {
+        match self {
+            Holders::One(o, h) => (!h.live(now)).then(|| o.clone()),
+            Holders::Many(t) => t
+                .by_deadline
+                .first()
+                .filter(|(d, _)| *d <= now)
+                .map(|(_, o)| o.clone()),
+        }
+    }
+
+    /// Every holder, in no particular order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = HolderView<'_>> + '_> {
+        match self {
+            Holders::One(owner, hold) => {
+                Box::new(std::iter::once(HolderView { owner, hold: *hold }))
+            }
+            Holders::Many(t) => Box::new(
+                t.by_owner
+                    .iter()
+                    .map(|(owner, hold)| HolderView { owner, hold: *hold }),
+            ),
+        }
+    }
+
+    /// Heap bytes beyond the inline part (an estimate for the table form).
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Holders::One(o, _) => o.len(),
+            Holders::Many(t) => {
+                let owners: usize = t.by_owner.keys().map(|o| o.len()).sum();
+                let entry = std::mem::size_of::<(Box<[u8]>, Hold)>() + 1;
+                let index = std::mem::size_of::<(Ms, Box<[u8]>)>();
+                std::mem::size_of::<Table>()
+                    + t.by_owner.capacity() * entry
+                    + t.by_deadline.len() * (index + 8)
+                    + 2 * owners
+            }
+        }
+    }
+}
+
+impl Table {
+    fn insert(&mut self, owner: Box<[u8]>, hold: Hold) {
+        self.by_deadline.insert((hold.deadline, owner.clone()));
+        self.by_owner.insert(owner, hold);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(deadline: Ms) -> Hold {
+        Hold {
+            reads: 1,
+            writes: 0,
+            deadline,
+            token: 1,
+        }
+    }
+
+    #[test]
+    fn one_holder_is_compact() {
+        assert!(std::mem::size_of::<Holders>() <= 40);
+    }
+
+    #[test]
+    fn grows_and_shrinks_between_forms() {
+        let mut h = Holders::default();
+        assert_eq!(h.len(), 0);
+        h.put(b"a", hold(10));
+        assert!(matches!(h, Holders::One(..)));
+        h.put(b"b", hold(5));
+        h.put(b"c", hold(20));
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.min_deadline(), Some(5));
+        assert_eq!(h.max_deadline(), Some(20));
+        assert_eq!(h.first_lapsed(4), None);
+        assert_eq!(h.first_lapsed(5).as_deref(), Some(&b"b"[..]));
+        h.put(b"b", hold(30));
+        assert_eq!(h.min_deadline(), Some(10));
+        assert_eq!(h.max_deadline(), Some(30));
+        assert!(h.remove(b"a").is_some());
+        assert!(h.remove(b"zz").is_none());
+        assert!(h.remove(b"b").is_some());
+        assert!(matches!(h, Holders::One(..)));
+        assert_eq!(h.iter().next().unwrap().owner, b"c");
+        assert!(h.remove(b"c").is_some());
+        assert_eq!(h.len(), 0);
+        assert_eq!(h.min_deadline(), None);
+    }
+}

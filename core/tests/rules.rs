@@ -1,0 +1,452 @@
+//! Every granting rule of COMMANDS.md, on the pure core with a fake clock.
+
+use std::collections::HashSet;
+
+use redis_lease_core::{
+    Acquire, Changes, DropReason, Effect, Election, Env, Lock, LockError, Mode, Request, RwLock,
+    Tokens, Woken,
+};
+
+struct Fixture {
+    lock: RwLock,
+    tokens: Tokens,
+    now: u64,
+    gone: HashSet<u64>,
+    next_id: u64,
+    woken: Vec<Woken>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            lock: RwLock::default(),
+            tokens: Tokens::new(),
+            now: 1_000,
+            gone: HashSet::new(),
+            next_id: 1,
+            woken: vec![],
+        }
+    }
+
+    fn with<T>(&mut self, f: impl FnOnce(&mut RwLock, &mut Env) -> (Changes, T)) -> T {
+        let gone = self.gone.clone();
+        let alive = move |id: u64| !gone.contains(&id);
+        let mut env = Env {
+            now: self.now,
+            tokens: &mut self.tokens,
+            alive: &alive,
+        };
+        let (changes, out) = f(&mut self.lock, &mut env);
+        self.woken.extend(changes.woken);
+        out
+    }
+
+    fn req(&mut self, owner: &str, mode: Mode, ttl: u64, wait: bool) -> Result<Acquire, LockError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = Request {
+            owner: owner.as_bytes(),
+            mode,
+            ttl,
+            wait: wait.then_some(id),
+            max_waiters: 100,
+        };
+        self.with(|l, env| l.lock(&req, env))
+    }
+
+    fn r(&mut self, owner: &str) -> Option<u64> {
+        granted(self.req(owner, Mode::Read, 100, false))
+    }
+
+    fn w(&mut self, owner: &str) -> Option<u64> {
+        granted(self.req(owner, Mode::Write, 100, false))
+    }
+
+    fn unlock(&mut self, owner: &str) -> bool {
+        self.with(|l, env| l.unlock(owner.as_bytes(), env))
+    }
+
+    fn renew(&mut self, owner: &str, ttl: u64) -> Option<u64> {
+        self.with(|l, env| l.renew(owner.as_bytes(), ttl, env))
+    }
+
+    fn tick(&mut self) {
+        self.with(|l, env| (l.tick(env), ()))
+    }
+
+    fn woken_ids(&mut self) -> Vec<u64> {
+        self.woken.drain(..).map(|w| w.waiter).collect()
+    }
+}
+
+fn granted(r: Result<Acquire, LockError>) -> Option<u64> {
+    match r.expect("no error") {
+        Acquire::Granted(t) => Some(t),
+        _ => None,
+    }
+}
+
+#[test]
+fn readers_share_and_a_writer_excludes() {
+    let mut f = Fixture::new();
+    let a = f.r("a").unwrap();
+    let b = f.r("b").unwrap();
+    assert!(b > a);
+    assert_eq!(f.w("c"), None);
+    assert!(f.unlock("a"));
+    assert!(f.unlock("b"));
+    assert!(f.lock.0.is_empty());
+    let c = f.w("c").unwrap();
+    assert!(c > b);
+    assert_eq!(f.r("d"), None);
+    assert_eq!(f.w("d"), None);
+    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Write));
+}
+
+#[test]
+fn reentrant_grants_keep_the_token_and_each_needs_an_unlock() {
+    let mut f = Fixture::new();
+    let t = f.w("a").unwrap();
+    assert_eq!(f.w("a"), Some(t));
+    assert!(f.unlock("a"));
+    assert_eq!(f.r("b"), None);
+    assert!(f.unlock("a"));
+    assert!(!f.unlock("a"));
+    assert!(f.lock.0.is_empty());
+    let r = f.r("b").unwrap();
+    assert_eq!(f.r("b"), Some(r));
+    assert!(f.unlock("b") && f.unlock("b") && !f.unlock("b"));
+}
+
+#[test]
+fn downgrade_releases_the_write_hold_first() {
+    let mut f = Fixture::new();
+    let t = f.w("a").unwrap();
+    assert_eq!(f.r("a"), Some(t));
+    assert_eq!(f.r("b"), None);
+    assert!(f.unlock("a"));
+    // a is now a reader: b may read, c may not write.
+    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Read));
+    assert!(f.r("b").is_some());
+    assert_eq!(f.w("c"), None);
+}
+
+#[test]
+fn a_sole_reader_upgrades_at_once_with_a_new_token() {
+    let mut f = Fixture::new();
+    let r = f.r("a").unwrap();
+    let w = f.w("a").unwrap();
+    assert!(w > r);
+    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Write));
+    // Unlock gives back the write hold, then the read hold.
+    assert!(f.unlock("a"));
+    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Read));
+    assert!(f.unlock("a"));
+    assert!(f.lock.0.is_empty());
+}
+
+#[test]
+fn upgrade_with_other_readers_waits_and_a_second_upgrader_gets_deadlock() {
+    let mut f = Fixture::new();
+    f.r("a").unwrap();
+    f.r("b").unwrap();
+    assert_eq!(f.w("a"), None);
+    assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued));
+    assert_eq!(
+        f.req("b", Mode::Write, 100, true),
+        Err(LockError::UpgradeDeadlock)
+    );
+    // The refused upgrade changed nothing: b still reads.
+    assert!(f.lock.0.hold_of(b"b", f.now).is_some());
+    assert!(f.unlock("b"));
+    assert_eq!(f.woken_ids(), vec![4]);
+    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Write));
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order_and_new_requests_do_not_overtake() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap();
+    assert_eq!(f.req("w1", Mode::Write, 100, true), Ok(Acquire::Queued)); // id 2
+    assert_eq!(f.req("w2", Mode::Write, 100, true), Ok(Acquire::Queued)); // id 3
+    f.unlock("h");
+    assert_eq!(f.woken_ids(), vec![2]);
+    // While w2 waits, a new reader is refused even after w1 leaves.
+    f.unlock("w1");
+    assert_eq!(f.woken_ids(), vec![3]);
+    assert_eq!(f.r("x"), None);
+}
+
+#[test]
+fn a_waiting_writer_is_not_starved_by_new_readers() {
+    let mut f = Fixture::new();
+    f.r("r1").unwrap();
+    assert_eq!(f.req("w", Mode::Write, 100, true), Ok(Acquire::Queued)); // id 2
+                                                                         // New readers queue behind the writer instead of joining r1.
+    assert_eq!(f.r("r2"), None);
+    assert_eq!(f.req("r3", Mode::Read, 100, true), Ok(Acquire::Queued)); // id 4
+                                                                         // A current reader's reentrant request is still granted.
+    assert!(f.r("r1").is_some());
+    f.unlock("r1");
+    assert!(f.woken_ids().is_empty());
+    f.unlock("r1");
+    assert_eq!(f.woken_ids(), vec![2]);
+    f.unlock("w");
+    assert_eq!(f.woken_ids(), vec![4]);
+}
+
+#[test]
+fn a_run_of_readers_at_the_head_is_granted_together() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap();
+    for o in ["r1", "r2", "r3"] {
+        assert_eq!(f.req(o, Mode::Read, 100, true), Ok(Acquire::Queued));
+    }
+    assert_eq!(f.req("w", Mode::Write, 100, true), Ok(Acquire::Queued));
+    assert_eq!(f.req("r4", Mode::Read, 100, true), Ok(Acquire::Queued));
+    f.unlock("h");
+    assert_eq!(f.woken_ids(), vec![2, 3, 4]);
+    assert_eq!(f.lock.0.live_holders(f.now).count(), 3);
+    assert_eq!(f.lock.0.waiter_count(), 2);
+}
+
+#[test]
+fn each_holder_has_its_own_lease() {
+    let mut f = Fixture::new();
+    assert!(granted(f.req("a", Mode::Read, 100, false)).is_some());
+    assert!(granted(f.req("b", Mode::Read, 300, false)).is_some());
+    f.now += 50;
+    // Renewing b does not prolong a.
+    assert!(f.renew("b", 1_000).is_some());
+    f.now += 60;
+    assert!(f.lock.0.hold_of(b"a", f.now).is_none());
+    assert!(f.lock.0.hold_of(b"b", f.now).is_some());
+    // a's lapse does not take b with it.
+    let changes = f.with(|l, env| (l.tick(env), ()));
+    let _ = changes;
+    assert_eq!(f.lock.0.holder_count(), 1);
+    assert!(!f.unlock("a"));
+    assert!(f.renew("a", 100).is_none());
+    f.now += 1_000;
+    f.tick();
+    assert!(f.lock.0.is_empty());
+}
+
+#[test]
+fn a_lapse_hands_off_to_the_next_waiter_and_reports_the_drop() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap();
+    assert_eq!(f.req("w", Mode::Write, 100, true), Ok(Acquire::Queued));
+    f.now += 99;
+    f.tick();
+    assert!(f.woken_ids().is_empty());
+    f.now += 1;
+    let gone = HashSet::<u64>::new();
+    let alive = move |id: u64| !gone.contains(&id);
+    let mut env = Env {
+        now: f.now,
+        tokens: &mut f.tokens,
+        alive: &alive,
+    };
+    let changes = f.lock.tick(&mut env);
+    assert!(matches!(
+        &changes.effects[0],
+        Effect::Drop { owner, reason: DropReason::Lapse } if &**owner == b"h"
+    ));
+    assert!(
+        matches!(&changes.effects[1], Effect::Grant { owner, deadline, .. } if &**owner == b"w" && *deadline == f.now + 100)
+    );
+    assert_eq!(changes.woken.len(), 1);
+}
+
+#[test]
+fn waiters_that_left_are_skipped() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap();
+    f.req("a", Mode::Write, 100, true).unwrap(); // 2
+    f.req("b", Mode::Write, 100, true).unwrap(); // 3
+    f.gone.insert(2);
+    f.unlock("h");
+    assert_eq!(f.woken_ids(), vec![3]);
+    // A cancelled head lets the readers behind it in.
+    let mut f = Fixture::new();
+    f.r("h").unwrap();
+    f.req("w", Mode::Write, 100, true).unwrap(); // 2
+    f.req("r", Mode::Read, 100, true).unwrap(); // 3
+    let found = f.with(|l, env| l.cancel(2, env));
+    assert!(found);
+    assert_eq!(f.woken_ids(), vec![3]);
+    // A gone head does not block new requests.
+    let mut f = Fixture::new();
+    f.r("h").unwrap();
+    f.req("w", Mode::Write, 100, true).unwrap(); // 2
+    f.gone.insert(2);
+    assert!(f.r("x").is_some());
+}
+
+#[test]
+fn renew_sets_the_deadline_exactly_and_keeps_the_token() {
+    let mut f = Fixture::new();
+    let t = f.w("a").unwrap();
+    assert_eq!(f.renew("a", 10), Some(t));
+    assert_eq!(f.lock.0.hold_of(b"a", f.now).unwrap().deadline, f.now + 10);
+    assert_eq!(f.renew("b", 10), None);
+    // A reentrant grant never shortens the lease.
+    assert_eq!(granted(f.req("a", Mode::Write, 5, false)), Some(t));
+    assert_eq!(f.lock.0.hold_of(b"a", f.now).unwrap().deadline, f.now + 10);
+}
+
+#[test]
+fn the_queue_has_a_limit() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap();
+    let id = 99;
+    let req = |o: &'static str, wait| Request {
+        owner: o.as_bytes(),
+        mode: Mode::Write,
+        ttl: 10,
+        wait,
+        max_waiters: 1,
+    };
+    assert_eq!(
+        f.with(|l, env| l.lock(&req("a", Some(id)), env)),
+        Ok(Acquire::Queued)
+    );
+    assert_eq!(
+        f.with(|l, env| l.lock(&req("b", Some(id + 1)), env)),
+        Err(LockError::TooManyWaiters(1))
+    );
+}
+
+#[test]
+fn replaying_the_effects_rebuilds_the_same_state() {
+    let mut f = Fixture::new();
+    let mut log = vec![];
+    let mut record = |c: Changes| log.extend(c.effects);
+    let gone = HashSet::<u64>::new();
+    let alive = move |id: u64| !gone.contains(&id);
+    let mut tokens = Tokens::new();
+    let mut env = Env {
+        now: 1_000,
+        tokens: &mut tokens,
+        alive: &alive,
+    };
+    let rq = |o: &'static str, mode| Request {
+        owner: o.as_bytes(),
+        mode,
+        ttl: 50,
+        wait: Some(o.len() as u64),
+        max_waiters: 10,
+    };
+    record(f.lock.lock(&rq("a", Mode::Read), &mut env).0);
+    record(f.lock.lock(&rq("bb", Mode::Read), &mut env).0);
+    record(f.lock.lock(&rq("ccc", Mode::Write), &mut env).0);
+    env.now = 1_040;
+    record(f.lock.renew(b"bb", 100, &mut env).0);
+    record(f.lock.unlock(b"a", &mut env).0);
+    env.now = 1_200;
+    record(f.lock.tick(&mut env));
+    let mut replica = Lock::new();
+    let mut rt = Tokens::new();
+    for e in &log {
+        replica.apply(e, &mut rt);
+    }
+    let view = |l: &Lock| {
+        let mut v: Vec<_> = l.holders().map(|h| (h.owner.to_vec(), h.hold)).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    assert_eq!(view(&replica), view(&f.lock.0));
+    assert_eq!(replica.last_token(), f.lock.0.last_token());
+    assert_eq!(rt.high_water(), tokens.high_water());
+    assert!(!view(&replica).is_empty());
+}
+
+#[test]
+fn tokens_keep_increasing_after_the_key_empties() {
+    let mut f = Fixture::new();
+    let a = f.w("a").unwrap();
+    f.unlock("a");
+    assert!(f.lock.0.is_empty());
+    // The key is deleted and created again: the server-wide token source goes on.
+    f.lock = RwLock::default();
+    let b = f.w("b").unwrap();
+    assert!(b > a);
+    f.now += 1_000;
+    f.tick();
+    f.lock = RwLock::default();
+    assert!(f.w("c").unwrap() > b);
+}
+
+#[test]
+fn an_election_has_one_leader_whose_term_grows_on_every_change() {
+    let gone = HashSet::<u64>::new();
+    let alive = move |id: u64| !gone.contains(&id);
+    let mut tokens = Tokens::new();
+    let mut env = Env {
+        now: 1_000,
+        tokens: &mut tokens,
+        alive: &alive,
+    };
+    let mut e = Election::default();
+    let (_, r) = e.campaign(b"a", 100, None, 10, &mut env);
+    let Ok(Acquire::Granted(t1)) = r else {
+        panic!()
+    };
+    // Campaigning again renews and keeps the term.
+    env.now = 1_050;
+    let (c, r) = e.campaign(b"a", 100, None, 10, &mut env);
+    assert_eq!(r, Ok(Acquire::Granted(t1)));
+    assert!(matches!(
+        c.effects[0],
+        Effect::Renew {
+            deadline: 1_150,
+            ..
+        }
+    ));
+    assert_eq!(e.current(1_100).unwrap().hold.writes, 1);
+    assert_eq!(
+        e.campaign(b"b", 100, None, 10, &mut env).1,
+        Ok(Acquire::Busy)
+    );
+    assert_eq!(
+        e.campaign(b"b", 100, Some(7), 10, &mut env).1,
+        Ok(Acquire::Queued)
+    );
+    assert_eq!(e.renew(b"b", 100, &mut env).1, None);
+    // Resignation hands over at once.
+    let (c, ok) = e.resign(b"a", &mut env);
+    assert!(ok);
+    assert_eq!(c.woken.len(), 1);
+    let t2 = c.woken[0].token;
+    assert!(t2 > t1);
+    assert_eq!(e.current(env.now).unwrap().owner, b"b");
+    assert!(!e.resign(b"a", &mut env).1);
+    // A lapse ends leadership.
+    env.now += 100;
+    assert!(e.current(env.now).is_none());
+    let c = e.tick(&mut env);
+    assert!(matches!(
+        c.effects[0],
+        Effect::Drop {
+            reason: DropReason::Lapse,
+            ..
+        }
+    ));
+    assert!(e.0.is_empty());
+    let (_, r) = e.campaign(b"a", 100, None, 10, &mut env);
+    let Ok(Acquire::Granted(t3)) = r else {
+        panic!()
+    };
+    assert!(t3 > t2);
+}
+
+#[test]
+fn the_lock_struct_stays_small() {
+    // A one-holder lock: this struct plus the owner's bytes.
+    assert!(
+        std::mem::size_of::<Lock>() <= 64,
+        "{}",
+        std::mem::size_of::<Lock>()
+    );
+}

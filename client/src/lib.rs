@@ -1,1 +1,71 @@
+//! Rust client for **redis-lease**, the Redis module that gives Redis native distributed
+//! read-write locks (`RWLOCK.*`) and leader election (`LEADER.*`), each holder with its own
+//! lease and a fencing token.
+//!
+//! * [`RwLock`]: `read`, `write`, `try_*`, `*_timeout`; the [`LockGuard`] exposes the fencing
+//!   token, renews its lease in the background and signals **lease lost** before the server
+//!   could grant the lock to anyone else.
+//! * [`LeaderElector`] / [`Election`]: campaign, renew, step down, resign; leadership as a
+//!   watch of [`Leadership`]. [`LeaderObserver`] reports who leads and every change, through
+//!   keyspace notifications (no polling).
+//! * [`Connector`]: one server (through a [`redis::aio::ConnectionManager`]) or a Redis Cluster.
+//! * [`blocking`]: the same API for non-async programs (it drives the async one on a small
+//!   runtime of its own).
+//!
+//! Acquisitions wait inside the server (`WAIT ms`), in one round trip, on a connection of their
+//! own. The client only retries what the server cannot handle: transient failures (connection
+//! loss, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` after a failover), with
+//! exponential backoff and full jitter, bounded by the caller's deadline. See [`RwLock`] for how
+//! a retry after a lost reply avoids leaving an extra hold behind.
+//!
+//! # Leases, safety and fencing
+//! The guard knows the latest local instant until which its lease is certainly valid: the moment
+//! the granting (or last renewing) request was *sent*, plus the ttl, minus a drift margin
+//! (1% of the ttl + 2 ms by default, see [`LeaseTiming`]). Past that instant, or as soon as a
+//! renewal is answered with "not held", the guard reports the loss. A process can still be
+//! paused between a check and its next action, so pass [`LockGuard::token`] to the resources you
+//! protect and have them reject writes with an older token.
+//!
+//! # Example
+//! ```no_run
+//! # async fn demo() -> redis_lease_client::Result<()> {
+//! use std::time::Duration;
+//! use redis_lease_client::{Connector, LeaderElector, RwLock};
+//!
+//! let conn = Connector::open("redis://127.0.0.1:6379/").await?;
+//!
+//! // A lock.
+//! let lock = RwLock::new(&conn, "orders").with_ttl(Duration::from_secs(5));
+//! if let Some(guard) = lock.write_timeout(Duration::from_secs(2)).await? {
+//!     println!("token {}", guard.token());
+//!     guard.release().await?;
+//! }
+//!
+//! // An election.
+//! let election = LeaderElector::new(&conn, "scheduler").start();
+//! let term = election.wait_leader().await?;
+//! println!("leader in term {term}");
+//! election.resign().await?;
+//! # Ok(()) }
+//! ```
 
+#![warn(missing_docs)]
+
+pub mod blocking;
+mod conn;
+mod error;
+mod leader;
+mod lease;
+mod lock;
+mod reply;
+mod retry;
+
+pub use conn::Connector;
+pub use error::{Error, Result};
+pub use leader::{
+    current_leader, Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver,
+    Leadership, ObserverOptions,
+};
+pub use lease::{LeaseStatus, LeaseTiming, LossReason};
+pub use lock::{Holder, LockGuard, LockInfo, LockMode, LockOptions, RwLock, Wait};
+pub use retry::RetryPolicy;

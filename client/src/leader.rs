@@ -1,0 +1,738 @@
+//! Leader election (`LEADER.*`) and observation of who leads.
+
+use std::time::{Duration, Instant};
+
+use futures_util::stream::StreamExt;
+use redis::Value;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::conn::Connector;
+use crate::lease::{self, renew_once, LeaseStatus, LeaseTiming, LossReason, Renewal};
+use crate::lock::query_retry;
+use crate::reply;
+use crate::retry::{classify, Backoff, Failure, RetryPolicy};
+use crate::{Error, Result};
+
+/// Settings of a [`LeaderElector`].
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lease_client::{ElectionOptions, LeaseTiming};
+/// let opts = ElectionOptions { timing: LeaseTiming::new(Duration::from_secs(2)), ..Default::default() };
+/// assert_eq!(opts.campaign_wait, Duration::from_secs(30));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ElectionOptions {
+    /// Lease ttl, renewal period, drift margin. Default: 10 s ttl.
+    pub timing: LeaseTiming,
+    /// Retry of transient failures.
+    pub retry: RetryPolicy,
+    /// How long one `LEADER.CAMPAIGN ... WAIT ms` request waits in the server before the
+    /// candidate asks again (default 30 s). Bounds how long a silently dead connection can go
+    /// unnoticed.
+    pub campaign_wait: Duration,
+}
+
+impl Default for ElectionOptions {
+    fn default() -> Self {
+        ElectionOptions {
+            timing: LeaseTiming::new(Duration::from_secs(10)),
+            retry: RetryPolicy::default(),
+            campaign_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Who leads an election (the reply of `LEADER.CURRENT`).
+///
+/// ```
+/// let l = redis_lease_client::LeaderInfo { candidate: "a".into(), term: 7, ttl: std::time::Duration::from_secs(1) };
+/// assert_eq!(l.term, 7);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The leader's candidate id.
+    pub candidate: String,
+    /// Its term (fencing token of the election).
+    pub term: u64,
+    /// Lease time it had left when read.
+    pub ttl: Duration,
+}
+
+impl LeaderInfo {
+    fn parse(v: Value) -> Result<Option<LeaderInfo>> {
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let bad = || Error::Protocol("LEADER.CURRENT: expected [candidate, term, ttl]".into());
+        let items = reply::array(v).ok_or_else(bad)?;
+        if items.len() < 3 {
+            return Err(bad());
+        }
+        Ok(Some(LeaderInfo {
+            candidate: reply::text(&items[0]).ok_or_else(bad)?,
+            term: reply::token(&items[1])?,
+            ttl: Duration::from_millis(reply::int(&items[2]).unwrap_or(0).max(0) as u64),
+        }))
+    }
+}
+
+/// Reads `LEADER.CURRENT key`.
+///
+/// ```no_run
+/// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
+/// match redis_lease_client::current_leader(&conn, "jobs").await? {
+///     Some(l) => println!("{} leads (term {})", l.candidate, l.term),
+///     None => println!("nobody leads"),
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn current_leader(conn: &Connector, key: &str) -> Result<Option<LeaderInfo>> {
+    let cmd = redis::cmd("LEADER.CURRENT").arg(key).to_owned();
+    LeaderInfo::parse(query_retry(conn, &cmd, None, RetryPolicy::default()).await?)
+}
+
+/// This candidate's view of its own leadership.
+///
+/// ```
+/// let l = redis_lease_client::Leadership::default();
+/// assert!(!l.is_leader);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leadership {
+    /// Whether this candidate leads now (and can prove it: its lease is certainly valid).
+    pub is_leader: bool,
+    /// The term of the current, or else the last, leadership of this candidate.
+    pub term: Option<u64>,
+    /// While leader: until when the lease is certainly valid.
+    pub valid_until: Option<Instant>,
+    /// Set when the campaign stopped on a permanent error (for example a WRONGTYPE key).
+    pub error: Option<String>,
+}
+
+/// Campaigns for leadership of one key.
+///
+/// [`LeaderElector::start`] spawns a task that campaigns with `LEADER.CAMPAIGN ... WAIT` (the
+/// server parks the request and answers it the moment leadership passes to this candidate), then
+/// renews the lease every third of the ttl, steps down locally as soon as the lease can no
+/// longer be proven (before anyone else can be elected), and campaigns again. The returned
+/// [`Election`] exposes leadership as a watch of [`Leadership`] and resigns on
+/// [`Election::resign`] (or, as a best effort, on drop).
+///
+/// ```no_run
+/// # async fn demo() -> redis_lease_client::Result<()> {
+/// use std::time::Duration;
+/// use redis_lease_client::{Connector, LeaderElector};
+///
+/// let conn = Connector::open("redis://127.0.0.1/").await?;
+/// let election = LeaderElector::new(&conn, "scheduler").with_ttl(Duration::from_secs(3)).start();
+/// let term = election.wait_leader().await?;
+/// println!("leading in term {term}");
+/// election.lost().await; // leadership could no longer be proven
+/// election.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LeaderElector {
+    conn: Connector,
+    key: String,
+    candidate: String,
+    opts: ElectionOptions,
+}
+
+impl LeaderElector {
+    /// A candidate for `key` with a fresh UUIDv4 id and default options (10 s ttl).
+    ///
+    /// ```no_run
+    /// # fn f(conn: redis_lease_client::Connector) {
+    /// let e = redis_lease_client::LeaderElector::new(&conn, "jobs");
+    /// # }
+    /// ```
+    pub fn new(conn: &Connector, key: impl Into<String>) -> LeaderElector {
+        LeaderElector {
+            conn: conn.clone(),
+            key: key.into(),
+            candidate: uuid::Uuid::new_v4().to_string(),
+            opts: ElectionOptions::default(),
+        }
+    }
+
+    /// Uses `candidate` as the id (instead of a UUIDv4).
+    ///
+    /// ```no_run
+    /// # fn f(conn: redis_lease_client::Connector) {
+    /// let e = redis_lease_client::LeaderElector::new(&conn, "jobs").with_candidate("host-1");
+    /// # }
+    /// ```
+    pub fn with_candidate(mut self, candidate: impl Into<String>) -> LeaderElector {
+        self.candidate = candidate.into();
+        self
+    }
+
+    /// Sets the lease ttl (and the default timing derived from it).
+    ///
+    /// ```no_run
+    /// # fn f(conn: redis_lease_client::Connector) {
+    /// let e = redis_lease_client::LeaderElector::new(&conn, "jobs").with_ttl(std::time::Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub fn with_ttl(mut self, ttl: Duration) -> LeaderElector {
+        self.opts.timing = LeaseTiming::new(ttl);
+        self
+    }
+
+    /// Sets all options.
+    ///
+    /// ```no_run
+    /// # fn f(conn: redis_lease_client::Connector) {
+    /// use redis_lease_client::{ElectionOptions, LeaderElector};
+    /// let e = LeaderElector::new(&conn, "jobs").with_options(ElectionOptions::default());
+    /// # }
+    /// ```
+    pub fn with_options(mut self, opts: ElectionOptions) -> LeaderElector {
+        self.opts = opts;
+        self
+    }
+
+    /// The candidate id.
+    ///
+    /// ```no_run
+    /// # fn f(e: redis_lease_client::LeaderElector) { println!("{}", e.candidate()); }
+    /// ```
+    pub fn candidate(&self) -> &str {
+        &self.candidate
+    }
+
+    /// The key.
+    ///
+    /// ```no_run
+    /// # fn f(e: redis_lease_client::LeaderElector) { println!("{}", e.key()); }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Starts campaigning in a background task (needs a tokio runtime).
+    ///
+    /// ```no_run
+    /// # async fn demo(e: redis_lease_client::LeaderElector) {
+    /// let election = e.start();
+    /// let mut rx = election.watch();
+    /// while rx.changed().await.is_ok() {
+    ///     println!("leader now: {}", rx.borrow().is_leader);
+    /// }
+    /// # }
+    /// ```
+    pub fn start(&self) -> Election {
+        let (tx, rx) = watch::channel(Leadership::default());
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(campaign(self.clone(), tx, stop_rx));
+        Election {
+            rx,
+            stop: Some(stop_tx),
+            task: Some(task),
+            elector: self.clone(),
+        }
+    }
+}
+
+async fn campaign(
+    e: LeaderElector,
+    tx: watch::Sender<Leadership>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let run = campaign_loop(&e, &tx);
+    tokio::select! {
+        _ = run => {}
+        _ = &mut stop => {}
+    }
+    tx.send_modify(|l| {
+        l.is_leader = false;
+        l.valid_until = None;
+    });
+}
+
+async fn campaign_loop(e: &LeaderElector, tx: &watch::Sender<Leadership>) {
+    let timing = e.opts.timing;
+    if let Err(err) = timing.check() {
+        tx.send_modify(|l| l.error = Some(err.to_string()));
+        return;
+    }
+    let renew_cmd = redis::cmd("LEADER.RENEW")
+        .arg(&e.key)
+        .arg(&e.candidate)
+        .arg(timing.ttl_ms())
+        .to_owned();
+    let wait = e.opts.campaign_wait.max(Duration::from_millis(1));
+    let mut backoff = Backoff::new(e.opts.retry);
+    loop {
+        let cmd = redis::cmd("LEADER.CAMPAIGN")
+            .arg(&e.key)
+            .arg(&e.candidate)
+            .arg(timing.ttl_ms())
+            .arg("WAIT")
+            .arg(wait.as_millis() as u64)
+            .to_owned();
+        let sent = Instant::now();
+        let limit = wait + e.conn.command_timeout();
+        let term = match e.conn.query_dedicated(&cmd, Some(limit)).await {
+            Ok(Value::Nil) => {
+                backoff = Backoff::new(e.opts.retry);
+                continue;
+            }
+            Ok(v) => match reply::token(&v) {
+                Ok(t) => t,
+                Err(err) => {
+                    tx.send_modify(|l| l.error = Some(err.to_string()));
+                    return;
+                }
+            },
+            Err(err) => {
+                match classify(err) {
+                    Failure::Transient { .. } => {
+                        // LEADER.CAMPAIGN is idempotent: asking again after a lost reply is safe.
+                        let d = backoff.next_delay(None).unwrap_or_else(|| {
+                            backoff = Backoff::new(e.opts.retry);
+                            e.opts.retry.max_delay
+                        });
+                        tokio::time::sleep(d).await;
+                    }
+                    Failure::Fatal(err) => {
+                        tx.send_modify(|l| l.error = Some(err.to_string()));
+                        return;
+                    }
+                }
+                continue;
+            }
+        };
+        backoff = Backoff::new(e.opts.retry);
+        let mut last_sent = sent;
+        let left = timing
+            .valid_until(sent)
+            .saturating_duration_since(Instant::now());
+        if left < timing.ttl * 2 / 3 {
+            match renew_once(&e.conn, &renew_cmd, timing.valid_until(sent), e.opts.retry).await {
+                Renewal::Renewed(at) => last_sent = at,
+                Renewal::Lost(_) => continue,
+            }
+        }
+        let valid_until = timing.valid_until(last_sent);
+        tx.send_replace(Leadership {
+            is_leader: true,
+            term: Some(term),
+            valid_until: Some(valid_until),
+            error: None,
+        });
+        let (ltx, mut lrx) = watch::channel(LeaseStatus::Held { valid_until });
+        let dog = lease::watchdog(
+            e.conn.clone(),
+            renew_cmd.clone(),
+            timing,
+            e.opts.retry,
+            last_sent,
+            ltx,
+        );
+        let forward = async {
+            while lrx.changed().await.is_ok() {
+                let s = *lrx.borrow_and_update();
+                if let LeaseStatus::Held { valid_until } = s {
+                    tx.send_modify(|l| l.valid_until = Some(valid_until));
+                }
+            }
+            std::future::pending::<()>().await
+        };
+        let reason = tokio::select! {
+            biased;
+            r = dog => r,
+            _ = forward => LossReason::Failed,
+        };
+        tx.send_modify(|l| {
+            l.is_leader = false;
+            l.valid_until = None;
+        });
+        if reason != LossReason::Revoked {
+            // The server was unreachable or failing: do not hammer it.
+            if let Some(d) = backoff.next_delay(None) {
+                tokio::time::sleep(d).await;
+            }
+        }
+    }
+}
+
+/// A running campaign (see [`LeaderElector::start`]).
+///
+/// Dropping it stops the campaign and, as a best effort, spawns a `LEADER.RESIGN`.
+///
+/// ```no_run
+/// # async fn demo(e: redis_lease_client::LeaderElector) -> redis_lease_client::Result<()> {
+/// let election = e.start();
+/// if election.is_leader() { /* lead */ }
+/// election.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Election {
+    rx: watch::Receiver<Leadership>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    elector: LeaderElector,
+}
+
+impl Election {
+    /// This candidate's current view (time-checked: a lease whose bound has passed does not
+    /// count as leadership).
+    ///
+    /// ```no_run
+    /// # fn f(e: &redis_lease_client::Election) { println!("{:?}", e.leadership().term); }
+    /// ```
+    pub fn leadership(&self) -> Leadership {
+        let mut l = self.rx.borrow().clone();
+        if l.valid_until.is_some_and(|v| v <= Instant::now()) {
+            l.is_leader = false;
+            l.valid_until = None;
+        }
+        l
+    }
+
+    /// Whether this candidate leads now.
+    ///
+    /// ```no_run
+    /// # fn f(e: &redis_lease_client::Election) { if e.is_leader() { /* ... */ } }
+    /// ```
+    pub fn is_leader(&self) -> bool {
+        self.leadership().is_leader
+    }
+
+    /// A watch of (is_leader, term, ...): it changes when leadership is won or lost and at
+    /// every renewal.
+    ///
+    /// ```no_run
+    /// # async fn f(e: &redis_lease_client::Election) {
+    /// let mut rx = e.watch();
+    /// let _ = rx.wait_for(|l| l.is_leader).await;
+    /// # }
+    /// ```
+    pub fn watch(&self) -> watch::Receiver<Leadership> {
+        self.rx.clone()
+    }
+
+    /// The candidate id.
+    ///
+    /// ```no_run
+    /// # fn f(e: &redis_lease_client::Election) { println!("{}", e.candidate()); }
+    /// ```
+    pub fn candidate(&self) -> &str {
+        &self.elector.candidate
+    }
+
+    /// Waits until this candidate leads; answers the term. Fails if the campaign stopped on a
+    /// permanent error.
+    ///
+    /// ```no_run
+    /// # async fn f(e: &redis_lease_client::Election) -> redis_lease_client::Result<()> {
+    /// let term = e.wait_leader().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_leader(&self) -> Result<u64> {
+        let mut rx = self.rx.clone();
+        let l = rx
+            .wait_for(|l| l.is_leader || l.error.is_some())
+            .await
+            .map_err(|_| Error::Protocol("the campaign task ended".into()))?
+            .clone();
+        match (l.error, l.term) {
+            (Some(err), _) => Err(Error::Protocol(format!("campaign stopped: {err}"))),
+            (None, Some(t)) => Ok(t),
+            (None, None) => Err(Error::Protocol("leader without a term".into())),
+        }
+    }
+
+    /// Resolves when this candidate is not (or no longer) the leader: at once if it does not
+    /// lead now, else the moment its lease can no longer be proven or is revoked.
+    ///
+    /// ```no_run
+    /// # async fn f(e: &redis_lease_client::Election) {
+    /// e.lost().await;
+    /// # }
+    /// ```
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.rx.clone();
+        async move {
+            loop {
+                let l = rx.borrow_and_update().clone();
+                let Some(valid_until) = l.valid_until.filter(|_| l.is_leader) else {
+                    return;
+                };
+                if valid_until <= Instant::now() {
+                    return;
+                }
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return },
+                    _ = tokio::time::sleep_until(valid_until.into()) => {}
+                }
+            }
+        }
+    }
+
+    /// Stops campaigning (and leading), then sends `LEADER.RESIGN` so that the next candidate
+    /// takes over at once. Answers whether this candidate was the leader.
+    ///
+    /// ```no_run
+    /// # async fn f(e: redis_lease_client::Election) -> redis_lease_client::Result<()> {
+    /// let was_leader = e.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn resign(mut self) -> Result<bool> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        let e = &self.elector;
+        let cmd = redis::cmd("LEADER.RESIGN")
+            .arg(&e.key)
+            .arg(&e.candidate)
+            .to_owned();
+        let policy = RetryPolicy {
+            budget: e.opts.timing.ttl,
+            ..e.opts.retry
+        };
+        let v = query_retry(&e.conn, &cmd, None, policy).await?;
+        Ok(reply::int(&v) == Some(1))
+    }
+}
+
+impl Drop for Election {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        task.abort();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let e = self.elector.clone();
+            handle.spawn(async move {
+                let cmd = redis::cmd("LEADER.RESIGN")
+                    .arg(&e.key)
+                    .arg(&e.candidate)
+                    .to_owned();
+                let policy = RetryPolicy {
+                    budget: e.opts.timing.ttl,
+                    ..e.opts.retry
+                };
+                let _ = query_retry(&e.conn, &cmd, None, policy).await;
+            });
+        }
+    }
+}
+
+/// Settings of a [`LeaderObserver`].
+///
+/// ```
+/// let o = redis_lease_client::ObserverOptions::default();
+/// assert!(o.configure_notifications);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObserverOptions {
+    /// Make sure the server publishes the needed keyspace notifications (`K` plus the module
+    /// `d`, generic `g` and expiry `x` classes) by adding what is missing to
+    /// `notify-keyspace-events` with `CONFIG SET` (default true). Turn it off where `CONFIG` is
+    /// not allowed and configure the server yourself.
+    pub configure_notifications: bool,
+    /// Retry of transient failures (re-subscription after a lost connection retries forever,
+    /// with this backoff).
+    pub retry: RetryPolicy,
+}
+
+impl Default for ObserverOptions {
+    fn default() -> Self {
+        ObserverOptions {
+            configure_notifications: true,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Follows who leads an election, without polling.
+///
+/// It subscribes to the key's keyspace channel (`__keyspace@<db>__:<key>`, on the node that owns
+/// the key), then reads `LEADER.CURRENT`; every notification on the key (`leader.elect`,
+/// `leader.resign`, `leader.lapse`, `expired`, `del`, ...) triggers a new read. After a lost
+/// subscription it subscribes again and re-reads. Changes are reported when the
+/// (candidate, term) pair differs from the last one reported; changes that happen faster than
+/// a read can be coalesced (the latest state is always reported).
+///
+/// ```no_run
+/// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
+/// use redis_lease_client::LeaderObserver;
+/// let mut obs = LeaderObserver::start(&conn, "scheduler").await?;
+/// println!("now: {:?}", obs.current());
+/// loop {
+///     match obs.changed().await? {
+///         Some(l) => println!("{} leads, term {}", l.candidate, l.term),
+///         None => println!("nobody leads"),
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct LeaderObserver {
+    rx: watch::Receiver<Option<LeaderInfo>>,
+    task: JoinHandle<()>,
+}
+
+impl LeaderObserver {
+    /// Starts observing `key` with default options.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
+    /// let obs = redis_lease_client::LeaderObserver::start(&conn, "jobs").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(conn: &Connector, key: &str) -> Result<LeaderObserver> {
+        LeaderObserver::start_with(conn, key, ObserverOptions::default()).await
+    }
+
+    /// Starts observing `key`.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
+    /// use redis_lease_client::{LeaderObserver, ObserverOptions};
+    /// let opts = ObserverOptions { configure_notifications: false, ..Default::default() };
+    /// let obs = LeaderObserver::start_with(&conn, "jobs", opts).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_with(
+        conn: &Connector,
+        key: &str,
+        opts: ObserverOptions,
+    ) -> Result<LeaderObserver> {
+        if opts.configure_notifications {
+            ensure_notifications(conn).await?;
+        }
+        let events = conn.key_events(key).await?;
+        let first = current_leader(conn, key).await?;
+        let (tx, rx) = watch::channel(first);
+        let task = tokio::spawn(observe(conn.clone(), key.to_string(), opts, events, tx));
+        Ok(LeaderObserver { rx, task })
+    }
+
+    /// The leader as last seen.
+    ///
+    /// ```no_run
+    /// # fn f(o: &redis_lease_client::LeaderObserver) { println!("{:?}", o.current()); }
+    /// ```
+    pub fn current(&self) -> Option<LeaderInfo> {
+        self.rx.borrow().clone()
+    }
+
+    /// A watch of the leader (it changes when the leader or term changes).
+    ///
+    /// ```no_run
+    /// # fn f(o: &redis_lease_client::LeaderObserver) { let rx = o.watch(); }
+    /// ```
+    pub fn watch(&self) -> watch::Receiver<Option<LeaderInfo>> {
+        self.rx.clone()
+    }
+
+    /// Waits for the next change of leader (or term) and answers the new state.
+    ///
+    /// ```no_run
+    /// # async fn f(o: &mut redis_lease_client::LeaderObserver) -> redis_lease_client::Result<()> {
+    /// let next = o.changed().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn changed(&mut self) -> Result<Option<LeaderInfo>> {
+        self.rx
+            .changed()
+            .await
+            .map_err(|_| Error::Protocol("the observer task ended".into()))?;
+        Ok(self.rx.borrow_and_update().clone())
+    }
+}
+
+impl Drop for LeaderObserver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Adds the notification classes the observer needs to `notify-keyspace-events`.
+async fn ensure_notifications(conn: &Connector) -> Result<()> {
+    let v = conn
+        .query(
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("notify-keyspace-events"),
+        )
+        .await?;
+    let current = match v {
+        Value::Map(pairs) => pairs.first().and_then(|(_, v)| reply::text(v)),
+        Value::Array(items) => items.get(1).and_then(reply::text),
+        _ => None,
+    }
+    .unwrap_or_default();
+    let has = |c: char| current.contains(c) || ("g$lshzxetd".contains(c) && current.contains('A'));
+    let missing: String = ['K', 'd', 'g', 'x']
+        .into_iter()
+        .filter(|c| !has(*c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    conn.query(
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg(format!("{current}{missing}")),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn observe(
+    conn: Connector,
+    key: String,
+    opts: ObserverOptions,
+    mut events: futures_util::stream::BoxStream<'static, String>,
+    tx: watch::Sender<Option<LeaderInfo>>,
+) {
+    let publish = |l: Option<LeaderInfo>| {
+        tx.send_if_modified(|cur| {
+            let same = match (&*cur, &l) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.candidate == b.candidate && a.term == b.term,
+                _ => false,
+            };
+            if !same {
+                *cur = l;
+            }
+            !same
+        });
+    };
+    loop {
+        while events.next().await.is_some() {
+            if let Ok(l) = current_leader(&conn, &key).await {
+                publish(l);
+            }
+        }
+        // The subscription is gone: subscribe again, then re-read what was missed.
+        let mut backoff = Backoff::new(opts.retry);
+        loop {
+            match conn.key_events(&key).await {
+                Ok(s) => {
+                    events = s;
+                    break;
+                }
+                Err(_) => {
+                    let d = backoff.next_delay(None).unwrap_or(opts.retry.max_delay);
+                    tokio::time::sleep(d).await;
+                }
+            }
+        }
+        if let Ok(l) = current_leader(&conn, &key).await {
+            publish(l);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Retry of transient failures: classification and exponential backoff with full jitter.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use crate::Error;
+
+/// How transient failures are retried.
+///
+/// The delay before retry `n` (counting from 0) is a uniformly random duration between zero and
+/// `min(max_delay, base_delay * 2^n)` ("full jitter"), and never reaches past the caller's
+/// deadline. Without a deadline of its own (a `try_*` call, an unlimited wait, a renewal), an
+/// operation gives up after `budget` of uninterrupted failures.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lease_client::RetryPolicy;
+///
+/// let policy = RetryPolicy {
+///     base_delay: Duration::from_millis(10),
+///     max_delay: Duration::from_millis(500),
+///     budget: Duration::from_secs(10),
+/// };
+/// assert!(policy.base_delay < policy.max_delay);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The first (largest possible) delay.
+    pub base_delay: Duration,
+    /// The cap on any single delay.
+    pub max_delay: Duration,
+    /// How long to keep retrying when the caller gave no deadline.
+    pub budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 20 ms base, 1 s cap, 30 s budget.
+    fn default() -> Self {
+        RetryPolicy {
+            base_delay: Duration::from_millis(20),
+            max_delay: Duration::from_secs(1),
+            budget: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a failed request means for the caller.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Worth retrying. `uncertain`: the request may have been executed (the reply was lost).
+    Transient { uncertain: bool, err: RedisError },
+    /// Not worth retrying.
+    Fatal(Error),
+}
+
+/// Sorts a redis error into transient (and whether the request may have run) or fatal.
+pub(crate) fn classify(err: RedisError) -> Failure {
+    match err.kind() {
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask,
+        ) => Failure::Transient {
+            uncertain: false,
+            err,
+        },
+        ErrorKind::Io => {
+            // A refused connection never carried the request; anything else (a reset, a
+            // timeout, a dropped connection) may have lost the reply of an executed request.
+            let uncertain = !err.is_connection_refusal();
+            Failure::Transient { uncertain, err }
+        }
+        ErrorKind::ClusterConnectionNotFound => Failure::Transient {
+            uncertain: true,
+            err,
+        },
+        ErrorKind::Extension => match err.code() {
+            Some("DEADLOCK") => Failure::Fatal(Error::Deadlock(err.to_string())),
+            Some("LOCKGONE") => Failure::Fatal(Error::LockGone(err.to_string())),
+            Some("LOADING" | "BUSY") => Failure::Transient {
+                uncertain: false,
+                err,
+            },
+            _ => Failure::Fatal(Error::Redis(err)),
+        },
+        _ => Failure::Fatal(Error::Redis(err)),
+    }
+}
+
+/// Exponential backoff with full jitter.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    policy: RetryPolicy,
+    attempt: u32,
+    /// When the current run of failures started.
+    pub(crate) since: Instant,
+}
+
+impl Backoff {
+    pub(crate) fn new(policy: RetryPolicy) -> Self {
+        Backoff {
+            policy,
+            attempt: 0,
+            since: Instant::now(),
+        }
+    }
+
+    /// The next delay (full jitter), or `None` if `deadline` (or, without one, the budget)
+    /// does not leave room for another try.
+    pub(crate) fn next_delay(&mut self, deadline: Option<Instant>) -> Option<Duration> {
+        let limit = deadline.unwrap_or(self.since + self.policy.budget);
+        let now = Instant::now();
+        if now >= limit {
+            return None;
+        }
+        let exp = self
+            .policy
+            .base_delay
+            .saturating_mul(1u32.checked_shl(self.attempt.min(20)).unwrap_or(u32::MAX));
+        let ceiling = exp.min(self.policy.max_delay);
+        self.attempt += 1;
+        let nanos = ceiling.as_nanos().min(u64::MAX as u128) as u64;
+        let d = Duration::from_nanos(rand::rng().random_range(0..=nanos));
+        Some(d.min(limit - now))
+    }
+
+    /// The error to report when giving up.
+    pub(crate) fn give_up(&self, last: RedisError) -> Error {
+        Error::Unavailable {
+            attempts: self.attempt + 1,
+            elapsed: self.since.elapsed(),
+            last,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_stay_under_the_cap_and_the_deadline() {
+        let policy = RetryPolicy {
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(40),
+            budget: Duration::from_secs(60),
+        };
+        let mut b = Backoff::new(policy);
+        for _ in 0..50 {
+            let d = b.next_delay(None).unwrap();
+            assert!(d <= Duration::from_millis(40));
+        }
+        let past = Instant::now() - Duration::from_millis(1);
+        assert!(b.next_delay(Some(past)).is_none());
+        let soon = Instant::now() + Duration::from_millis(2);
+        assert!(b.next_delay(Some(soon)).unwrap() <= Duration::from_millis(2));
+    }
+
+    #[test]
+    fn classification() {
+        let e: RedisError = std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        assert!(matches!(
+            classify(e),
+            Failure::Transient {
+                uncertain: false,
+                ..
+            }
+        ));
+        let e: RedisError = std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
+        assert!(matches!(
+            classify(e),
+            Failure::Transient {
+                uncertain: true,
+                ..
+            }
+        ));
+    }
+}

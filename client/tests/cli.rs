@@ -1,0 +1,253 @@
+//! The `redis-lease` binary against a real redis-server with the module.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis_lease_testkit::Server;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redis-lease");
+
+fn cli(s: &Server) -> Command {
+    let mut c = Command::new(BIN);
+    c.env("REDIS_URL", s.url()).stdin(Stdio::null());
+    c
+}
+
+/// Waits for a child we started, killing it (by its pid) if it overruns `limit`.
+fn wait_bounded(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} overran {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn redis_get(s: &Server, args: &[&str]) -> redis::Value {
+    let mut c = s.conn();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut c).unwrap()
+}
+
+#[test]
+fn lock_processes_exclude_each_other() {
+    let s = server();
+    let dir = tempfile_dir();
+    let counter = dir.join("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let script = format!(
+        "v=$(cat {p}); sleep 0.02; echo $((v+1)) > {p}",
+        p = counter.display()
+    );
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let url = s.url();
+        let script = script.clone();
+        workers.push(std::thread::spawn(move || {
+            for _ in 0..5 {
+                let mut child = Command::new(BIN)
+                    .env("REDIS_URL", &url)
+                    .args(["lock", "--ttl", "5000", "cli:counter", "--", "sh", "-c"])
+                    .arg(&script)
+                    .spawn()
+                    .unwrap();
+                let st = wait_bounded(&mut child, Duration::from_secs(30));
+                assert!(st.success(), "{st:?}");
+            }
+        }));
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    let v: i64 = std::fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(v, 20);
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:counter"]),
+        redis::Value::Int(0)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("redis-lease-cli-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn lock_passes_env_and_exit_status() {
+    let s = server();
+    let out = cli(&s)
+        .args(["lock", "--read", "cli:env", "--", "sh", "-c"])
+        .arg("echo $REDIS_LEASE_KEY $REDIS_LEASE_MODE $REDIS_LEASE_TOKEN; exit 5")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let parts: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(&parts[..2], &["cli:env", "read"]);
+    assert!(parts[2].parse::<u64>().unwrap() >= 1);
+    // Released when CMD ended.
+    assert_eq!(redis_get(&s, &["EXISTS", "cli:env"]), redis::Value::Int(0));
+}
+
+#[test]
+fn lock_wait_limit_gives_up_with_status_75() {
+    let s = server();
+    let mut holder = cli(&s)
+        .args(["lock", "cli:busy", "--", "sleep", "5"])
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while redis_get(&s, &["EXISTS", "cli:busy"]) != redis::Value::Int(1) {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = Instant::now();
+    let out = cli(&s)
+        .args(["lock", "--wait", "300", "cli:busy", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert!(t.elapsed() < Duration::from_secs(3));
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn lost_lease_stops_the_command() {
+    let s = server();
+    let mut child = cli(&s)
+        .args([
+            "lock", "--ttl", "900", "--grace", "500", "cli:lost", "--", "sleep", "30",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while redis_get(&s, &["EXISTS", "cli:lost"]) != redis::Value::Int(1) {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    redis_get(&s, &["DEL", "cli:lost"]);
+    let t = Instant::now();
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(3));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("lost"), "{err}");
+}
+
+#[test]
+fn elect_fails_over_within_about_one_ttl_when_the_leader_is_killed() {
+    let s = server();
+    let ttl = 1_000u64;
+    let start = |name: &str| {
+        cli(&s)
+            .args(["elect", "--ttl", &ttl.to_string(), "--candidate", name])
+            .args(["cli:election", "--", "sleep", "30"])
+            .spawn()
+            .unwrap()
+    };
+    let leader = |s: &Server| match redis_get(s, &["LEADER.CURRENT", "cli:election"]) {
+        redis::Value::Array(items) => match &items[0] {
+            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            other => panic!("{other:?}"),
+        },
+        _ => None,
+    };
+    let mut a = start("a");
+    let t = Instant::now();
+    while leader(&s).as_deref() != Some("a") {
+        assert!(t.elapsed() < Duration::from_secs(5), "a never led");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut b = start("b");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(leader(&s).as_deref(), Some("a"));
+
+    a.kill().unwrap(); // SIGKILL: no resignation
+    let killed = Instant::now();
+    a.wait().unwrap();
+    while leader(&s).as_deref() != Some("b") {
+        assert!(
+            killed.elapsed() < Duration::from_millis(ttl + 1_500),
+            "no failover after {:?}",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let failover = killed.elapsed();
+    eprintln!("failover after {failover:?} (ttl {ttl} ms)");
+    assert!(failover <= Duration::from_millis(ttl + 300), "{failover:?}");
+    b.kill().unwrap();
+    b.wait().unwrap();
+}
+
+#[test]
+fn elect_runs_the_command_and_resigns_after_it() {
+    let s = server();
+    let out = cli(&s)
+        .args(["elect", "cli:elect-once", "--", "sh", "-c"])
+        .arg("echo $REDIS_LEASE_TERM; exit 7")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let term: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(term >= 1);
+    assert_eq!(
+        redis_get(&s, &["LEADER.CURRENT", "cli:elect-once"]),
+        redis::Value::Nil
+    );
+}
+
+#[test]
+fn info_and_leader_print_state() {
+    let s = server();
+    let mut holder = cli(&s)
+        .args(["lock", "--owner", "me", "cli:info", "--", "sleep", "5"])
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while redis_get(&s, &["EXISTS", "cli:info"]) != redis::Value::Int(1) {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = cli(&s).args(["info", "cli:info"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("mode: write"), "{text}");
+    assert!(text.contains("me\twrite"), "{text}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let out = cli(&s).args(["leader", "cli:nobody"]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "(none)");
+
+    let help = Command::new(BIN).args(["lock", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--ttl"));
+}

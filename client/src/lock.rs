@@ -213,8 +213,10 @@ impl LockInfo {
 /// have been granted. Before asking again the client reads `RWLOCK.INFO`: if the owner already
 /// holds the lock in that mode, it *adopts* that hold (its token from `INFO`) instead of asking
 /// for a second one. A hold that a still-in-flight request adds after that check is not leaked
-/// either: with a generated owner, releasing a guard sends `RWLOCK.UNLOCK` until the server
-/// answers 0, which releases every hold of that owner. With a caller-chosen owner the client
+/// either: with a generated owner, releasing a guard whose acquisition saw an unknown outcome
+/// (or that went through a cluster connection, whose client may resend a request by itself)
+/// sends `RWLOCK.UNLOCK` until the server answers 0, which releases every hold of that owner;
+/// otherwise a release is one `RWLOCK.UNLOCK`. With a caller-chosen owner the client
 /// compares the hold count with the one read before the first attempt and releases exactly one
 /// hold per guard (a hold duplicated by such a race then lapses with its lease).
 ///
@@ -439,6 +441,8 @@ impl RwLock {
         let mut backoff = Backoff::new(self.opts.retry);
         // When the first request whose outcome is unknown was sent.
         let mut uncertain_since: Option<Instant> = None;
+        // Whether any request's outcome was unknown (only then can a surplus hold exist).
+        let mut had_uncertain = false;
         loop {
             if let Some(since) = uncertain_since {
                 let info_cmd = redis::cmd("RWLOCK.INFO").arg(&self.key).to_owned();
@@ -453,7 +457,14 @@ impl RwLock {
                             Some(h) if h.count > baseline => {
                                 let token = h.token;
                                 return self
-                                    .granted(mode, owner, generated, token, since, &mut cleanup)
+                                    .granted(
+                                        mode,
+                                        owner,
+                                        generated && (had_uncertain || self.conn.is_cluster()),
+                                        token,
+                                        since,
+                                        &mut cleanup,
+                                    )
                                     .await
                                     .map(Some);
                             }
@@ -505,13 +516,21 @@ impl RwLock {
                     let token = reply::token(&v)?;
                     let since = uncertain_since.unwrap_or(sent);
                     return self
-                        .granted(mode, owner, generated, token, since, &mut cleanup)
+                        .granted(
+                            mode,
+                            owner,
+                            generated && (had_uncertain || self.conn.is_cluster()),
+                            token,
+                            since,
+                            &mut cleanup,
+                        )
                         .await
                         .map(Some);
                 }
                 Err(e) => match classify(e) {
                     Failure::Transient { uncertain, err } => {
                         if uncertain {
+                            had_uncertain = true;
                             uncertain_since.get_or_insert(sent);
                         } else {
                             cleanup.disarm_if_nothing_uncertain(uncertain_since.is_none());
@@ -536,7 +555,7 @@ impl RwLock {
         &self,
         mode: LockMode,
         owner: String,
-        generated: bool,
+        sweep: bool,
         token: u64,
         sent: Instant,
         cleanup: &mut InflightCleanup,
@@ -583,7 +602,7 @@ impl RwLock {
             conn: self.conn.clone(),
             key: self.key.clone(),
             owner,
-            generated,
+            sweep,
             mode,
             token,
             status: rx,
@@ -716,7 +735,10 @@ pub struct LockGuard {
     conn: Connector,
     key: String,
     owner: String,
-    generated: bool,
+    /// Release with `UNLOCK` until the server answers 0 (the owner is ours alone and a
+    /// surplus hold may exist: an earlier request's outcome was unknown, or the cluster
+    /// client may have resent a request on its own).
+    sweep: bool,
     mode: LockMode,
     token: u64,
     status: watch::Receiver<LeaseStatus>,
@@ -878,7 +900,7 @@ impl LockGuard {
                 budget: self.ttl,
                 ..self.retry
             },
-            if self.generated { None } else { Some(()) },
+            if self.sweep { None } else { Some(()) },
         )
         .await?;
         Ok(n > 0)
@@ -895,7 +917,7 @@ impl Drop for LockGuard {
             let conn = self.conn.clone();
             let key = std::mem::take(&mut self.key);
             let owner = std::mem::take(&mut self.owner);
-            let once = if self.generated { None } else { Some(()) };
+            let once = if self.sweep { None } else { Some(()) };
             let policy = RetryPolicy {
                 budget: self.ttl,
                 ..self.retry

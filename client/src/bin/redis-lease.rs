@@ -26,7 +26,7 @@ const EXIT_FAILURE: u8 = 1;
                   lost while CMD ran (CMD was stopped); 1 on other errors."
 )]
 struct Cli {
-    /// Redis server URL (redis://[user:pass@]host:port/db).
+    /// Redis server URL, `redis://[user:pass@]host:port/db`.
     #[arg(
         long,
         env = "REDIS_URL",

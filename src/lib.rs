@@ -1,1 +1,68 @@
+//! redis-lease: native read-write locks (`RWLOCK.*`) and leader election (`LEADER.*`) for
+//! Redis, with per-holder leases, fencing tokens and waiting inside the server.
+//!
+//! The rules live in the pure `redis-lease-core` crate; this crate is the thin shell that
+//! parses commands, calls the core, and makes Redis agree (replication, AOF, expiry, keyspace
+//! events, blocked clients, timers).
 
+mod apply;
+mod blocking;
+mod clock;
+mod commands;
+mod commit;
+mod config;
+mod events;
+mod guard;
+mod info;
+mod key;
+mod parse;
+mod state;
+mod types;
+mod wakeup;
+
+#[cfg(not(test))]
+mod module {
+    use redis_module::configuration::ConfigurationFlags;
+    use redis_module::{redis_module, Context, RedisString, Status};
+
+    use crate::config::*;
+    use crate::types::{ELECTION_TYPE, RWLOCK_TYPE};
+    use crate::{apply, commands, events, info, wakeup};
+
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        wakeup::init(ctx);
+        info::init(ctx);
+        events::init(ctx)
+    }
+
+    redis_module! {
+        name: "lease",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [RWLOCK_TYPE, ELECTION_TYPE],
+        init: init,
+        commands: [
+            ["rwlock.rlock", commands::rlock, "write deny-oom", 1, 1, 1, ""],
+            ["rwlock.wlock", commands::wlock, "write deny-oom", 1, 1, 1, ""],
+            ["rwlock.unlock", commands::unlock, "write", 1, 1, 1, ""],
+            ["rwlock.renew", commands::renew, "write fast", 1, 1, 1, ""],
+            ["rwlock.info", commands::info, "readonly", 1, 1, 1, ""],
+            ["leader.campaign", commands::campaign, "write deny-oom", 1, 1, 1, ""],
+            ["leader.renew", commands::leader_renew, "write fast", 1, 1, 1, ""],
+            ["leader.resign", commands::resign, "write fast", 1, 1, 1, ""],
+            ["leader.current", commands::current, "readonly fast", 1, 1, 1, ""],
+            ["lease.apply", apply::apply, "write", 1, 1, 1, ""],
+        ],
+        configurations: [
+            i64: [
+                ["max-ttl", &MAX_TTL, DEFAULT_MAX_TTL, 1, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
+                ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, 100_000_000, ConfigurationFlags::DEFAULT, None],
+                ["max-id-length", &MAX_ID_LENGTH, DEFAULT_MAX_ID_LENGTH, 1, 1_048_576, ConfigurationFlags::DEFAULT, None],
+            ],
+            string: [],
+            bool: [],
+            enum: [],
+            module_args_as_configuration: true,
+        ]
+    }
+}

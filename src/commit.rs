@@ -1,0 +1,226 @@
+//! After the core decided: make Redis agree. Replicate the effects (master only), announce
+//! them as keyspace events, answer the waiters that were granted, and keep the key's expiry
+//! and wake-up time in step with its leases, or delete it when nothing is left.
+
+use redis_lease_core::{Changes, DropReason, Effect, Env, Kind, Mode};
+use redis_module::{Context, NotifyEvent, RedisString};
+
+use crate::key::Key;
+use crate::state;
+use crate::types::LeaseValue;
+
+/// Where the changes happened.
+pub struct Place<'a> {
+    pub ctx: &'a Context,
+    pub key: &'a Key,
+    pub name: &'a RedisString,
+    pub db: i32,
+}
+
+/// Runs a core operation on `v` with the module's clock, tokens and waiter registry.
+pub fn run<V: LeaseValue, T>(
+    v: &mut V,
+    now: u64,
+    op: impl FnOnce(&mut V, &mut Env) -> (Changes, T),
+) -> (Changes, T) {
+    let mut tokens = state::with(|s| s.tokens);
+    let alive = |id: u64| state::waiter_alive(id);
+    let out = {
+        let mut env = Env {
+            now,
+            tokens: &mut tokens,
+            alive: &alive,
+        };
+        op(v, &mut env)
+    };
+    state::with(|s| s.tokens = tokens);
+    out
+}
+
+/// The keyspace event announcing `e`, if any.
+fn event(kind: Kind, e: &Effect) -> Option<&'static str> {
+    Some(match (kind, e) {
+        (
+            Kind::RwLock,
+            Effect::Grant {
+                mode: Mode::Read, ..
+            },
+        ) => "rwlock.read",
+        (
+            Kind::RwLock,
+            Effect::Grant {
+                mode: Mode::Write, ..
+            },
+        ) => "rwlock.write",
+        (Kind::RwLock, Effect::Release { .. }) => "rwlock.release",
+        (Kind::RwLock, Effect::Drop { .. }) => "rwlock.lapse",
+        (Kind::Election, Effect::Grant { .. }) => "leader.elect",
+        (
+            Kind::Election,
+            Effect::Drop {
+                reason: DropReason::Resign,
+                ..
+            },
+        ) => "leader.resign",
+        (Kind::Election, Effect::Drop { .. }) => "leader.lapse",
+        (Kind::Election, Effect::Release { .. }) => "leader.resign",
+        (_, Effect::Renew { .. }) => return None,
+    })
+}
+
+/// `LEASE.APPLY key kind op...` arguments for `effects`.
+fn apply_args(name: &[u8], kind: &str, effects: &[Effect]) -> Vec<Vec<u8>> {
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + effects.len() * 5);
+    args.push(name.to_vec());
+    args.push(kind.as_bytes().to_vec());
+    let num = |n: u64| n.to_string().into_bytes();
+    for e in effects {
+        match e {
+            Effect::Grant {
+                owner,
+                mode,
+                deadline,
+                token,
+            } => {
+                args.push(b"GRANT".to_vec());
+                args.push(owner.to_vec());
+                args.push(mode.as_str().as_bytes().to_vec());
+                args.push(num(*deadline));
+                args.push(num(*token));
+            }
+            Effect::Release { owner } => {
+                args.push(b"RELEASE".to_vec());
+                args.push(owner.to_vec());
+            }
+            Effect::Drop { owner, reason } => {
+                args.push(b"DROP".to_vec());
+                args.push(owner.to_vec());
+                args.push(match reason {
+                    DropReason::Lapse => b"lapse".to_vec(),
+                    DropReason::Resign => b"resign".to_vec(),
+                });
+            }
+            Effect::Renew { owner, deadline } => {
+                args.push(b"RENEW".to_vec());
+                args.push(owner.to_vec());
+                args.push(num(*deadline));
+            }
+        }
+    }
+    args
+}
+
+fn count(kind: Kind, effects: &[Effect]) {
+    state::with(|s| {
+        for e in effects {
+            match (kind, e) {
+                (Kind::Election, Effect::Grant { .. }) => s.stats.grants_leader += 1,
+                (
+                    _,
+                    Effect::Grant {
+                        mode: Mode::Read, ..
+                    },
+                ) => s.stats.grants_read += 1,
+                (_, Effect::Grant { .. }) => s.stats.grants_write += 1,
+                (_, Effect::Release { .. }) => s.stats.releases += 1,
+                (_, Effect::Renew { .. }) => s.stats.renewals += 1,
+                (
+                    _,
+                    Effect::Drop {
+                        reason: DropReason::Lapse,
+                        ..
+                    },
+                ) => s.stats.lapses += 1,
+                (_, Effect::Drop { .. }) => s.stats.resignations += 1,
+            }
+        }
+    });
+}
+
+/// Makes Redis agree with `changes`, made on `v` (which lives in `place.key`).
+/// `replicate`: this server decided them (a master), so it replicates and counts them.
+/// `holders_before`: `v`'s holder count before the operation (for the INFO gauge).
+pub fn commit<V: LeaseValue>(
+    place: &Place,
+    v: &mut V,
+    changes: Changes,
+    replicate: bool,
+    holders_before: usize,
+) {
+    let lock = v.lock();
+    state::count_holders(lock.holder_count() as i64 - holders_before as i64);
+    if !changes.effects.is_empty() {
+        if replicate {
+            let args = apply_args(place.name.as_slice(), V::NAME, &changes.effects);
+            let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+            place.ctx.replicate("LEASE.APPLY", refs.as_slice());
+            count(V::KIND, &changes.effects);
+        }
+        for e in &changes.effects {
+            if let Some(ev) = event(V::KIND, e) {
+                place
+                    .ctx
+                    .notify_keyspace_event(NotifyEvent::MODULE, ev, place.name);
+            }
+        }
+    }
+    for w in &changes.woken {
+        crate::blocking::grant(w.waiter, w.token);
+    }
+    settle(place, v);
+}
+
+/// Deletes the key when nothing is held or awaited; else sets its expiry to the last lease
+/// deadline (none while clients wait: the wake-up timer serves them) and its wake-up time to
+/// the first deadline.
+pub fn settle<V: LeaseValue>(place: &Place, v: &mut V) {
+    let lock = v.lock_mut();
+    if lock.is_empty() {
+        place.key.delete();
+        return;
+    }
+    let expire = if lock.waiter_count() > 0 {
+        None
+    } else {
+        lock.last_deadline()
+    };
+    place.key.expire_at(expire);
+    crate::wakeup::remember(place.db, place.name.as_slice(), lock);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_args_spell_every_effect() {
+        let effects = vec![
+            Effect::Grant {
+                owner: b"a".to_vec().into(),
+                mode: Mode::Read,
+                deadline: 10,
+                token: 7,
+            },
+            Effect::Release {
+                owner: b"a".to_vec().into(),
+            },
+            Effect::Drop {
+                owner: b"b".to_vec().into(),
+                reason: DropReason::Lapse,
+            },
+            Effect::Renew {
+                owner: b"c".to_vec().into(),
+                deadline: 20,
+            },
+        ];
+        let args = apply_args(b"k", "rwlock", &effects);
+        let text: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8(a.clone()).unwrap())
+            .collect();
+        assert_eq!(
+            text.join(" "),
+            "k rwlock GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20"
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! Argument parsing: pure functions over byte slices, so every rule is unit-tested without a
+//! server. Every failure is an error reply text that says what is wrong.
+
+/// A parsed `[WAIT ms]` tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Try once.
+    No,
+    /// Wait up to this many ms; 0 waits without limit.
+    Ms(u64),
+}
+
+/// The longest WAIT accepted (about 30 years): Redis adds it to its clock.
+pub const MAX_WAIT_MS: u64 = 1_000_000_000_000;
+
+/// Parses a strict decimal integer as Redis does: optional `-`, digits, no spaces or `+`.
+pub fn integer(bytes: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(bytes).ok()?;
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if digits.len() > 1 && digits.starts_with('0') {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// An owner or candidate id: 1 to `max_len` bytes.
+pub fn id<'a>(bytes: &'a [u8], what: &str, max_len: usize) -> Result<&'a [u8], String> {
+    if bytes.is_empty() {
+        return Err(format!("ERR {what} must not be empty"));
+    }
+    if bytes.len() > max_len {
+        return Err(format!(
+            "ERR {what} is {} bytes long; the limit is {max_len} (lease.max-id-length)",
+            bytes.len()
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A lease ttl in ms: an integer from 1 to `max_ttl`.
+pub fn ttl(bytes: &[u8], max_ttl: u64) -> Result<u64, String> {
+    match integer(bytes) {
+        Some(n) if n >= 1 && n as u64 <= max_ttl => Ok(n as u64),
+        _ => Err(format!(
+            "ERR ttl must be an integer from 1 to {max_ttl} ms (lease.max-ttl), got '{}'",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+        )),
+    }
+}
+
+/// The options after the fixed arguments: `[WAIT ms]`.
+pub fn wait_option(rest: &[&[u8]]) -> Result<Wait, String> {
+    let mut wait = Wait::No;
+    let mut i = 0;
+    while i < rest.len() {
+        if !rest[i].eq_ignore_ascii_case(b"WAIT") {
+            return Err(format!(
+                "ERR unknown option '{}' (the only option is WAIT ms)",
+                String::from_utf8_lossy(&rest[i][..rest[i].len().min(64)])
+            ));
+        }
+        if wait != Wait::No {
+            return Err("ERR WAIT given more than once".into());
+        }
+        let Some(value) = rest.get(i + 1) else {
+            return Err("ERR WAIT needs a value in ms (0 waits without limit)".into());
+        };
+        wait = match integer(value) {
+            Some(n) if n >= 0 && n as u64 <= MAX_WAIT_MS => Wait::Ms(n as u64),
+            Some(n) if n >= 0 => {
+                return Err(format!("ERR WAIT is out of range (max {MAX_WAIT_MS} ms)"))
+            }
+            _ => {
+                return Err(format!(
+                    "ERR WAIT must be an integer >= 0 ms, got '{}'",
+                    String::from_utf8_lossy(&value[..value.len().min(64)])
+                ))
+            }
+        };
+        i += 2;
+    }
+    Ok(wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_strict() {
+        assert_eq!(integer(b"0"), Some(0));
+        assert_eq!(integer(b"-12"), Some(-12));
+        assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"1.5",
+            b"01",
+            b"9223372036854775808",
+            b"1e3",
+            b"\xff",
+        ] {
+            assert_eq!(integer(bad), None, "{:?}", bad);
+        }
+    }
+
+    #[test]
+    fn ttl_range() {
+        assert_eq!(ttl(b"1", 10), Ok(1));
+        assert_eq!(ttl(b"10", 10), Ok(10));
+        assert!(ttl(b"11", 10).unwrap_err().contains("from 1 to 10"));
+        assert!(ttl(b"0", 10).is_err());
+        assert!(ttl(b"-5", 10).is_err());
+        assert!(ttl(b"abc", 10).is_err());
+    }
+
+    #[test]
+    fn ids() {
+        assert!(id(b"", "owner", 4).unwrap_err().contains("empty"));
+        assert!(id(b"abcde", "owner", 4).unwrap_err().contains("limit is 4"));
+        assert_eq!(id(b"abcd", "owner", 4), Ok(&b"abcd"[..]));
+    }
+
+    #[test]
+    fn wait_options() {
+        assert_eq!(wait_option(&[]), Ok(Wait::No));
+        assert_eq!(wait_option(&[b"wait", b"0"]), Ok(Wait::Ms(0)));
+        assert_eq!(wait_option(&[b"WAIT", b"250"]), Ok(Wait::Ms(250)));
+        assert!(wait_option(&[b"WAIT"])
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(wait_option(&[b"WAIT", b"-1"]).is_err());
+        assert!(wait_option(&[b"WAIT", b"x"]).is_err());
+        assert!(wait_option(&[b"WAIT", b"99999999999999999"])
+            .unwrap_err()
+            .contains("range"));
+        assert!(wait_option(&[b"WAIT", b"1", b"WAIT", b"2"]).is_err());
+        assert!(wait_option(&[b"NX"])
+            .unwrap_err()
+            .contains("unknown option"));
+    }
+}

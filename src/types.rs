@@ -129,7 +129,7 @@ fn size_class(n: usize) -> usize {
     if n <= 128 {
         return n.div_ceil(16) * 16;
     }
-    let spacing = (n - 1).next_power_of_two() / 8;
+    let spacing = n.next_power_of_two() / 8;
     n.div_ceil(spacing) * spacing
 }
 

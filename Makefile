@@ -1,0 +1,57 @@
+# redis-lease: the commands the README promises.
+#   make        build the module (target/release/libredis_lease.so)
+#   make run    build it and start redis-server in the foreground with redis.conf.example
+#   make test   unit, property and integration tests (starts its own servers)
+#   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
+#   make deps   install what a fresh Debian machine lacks
+
+MODULE := target/release/libredis_lease.so
+CARGO  ?= cargo
+
+.PHONY: all build run test bench deps lint fmt clean
+
+all: build
+
+build: deps
+	$(CARGO) build --release -p redis-lease
+
+$(MODULE): build
+
+run: build
+	redis-server redis.conf.example
+
+test: build
+	$(CARGO) test --workspace --no-fail-fast
+
+bench: build
+	$(CARGO) run --release -p redis-lease-bench -- --out bench/out
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+# Installs redis-server and libclang (bindgen needs it) through apt-get when running as root;
+# otherwise says what is missing.
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	if command -v dpkg >/dev/null 2>&1; then \
+	  dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	else \
+	  ls /usr/lib/llvm-*/lib/libclang*.so >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	fi; \
+	command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust from rustup.rs"; exit 1; }; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing:$$missing -- install them (e.g. sudo apt-get install$$missing) and run make again"; exit 1; \
+	  fi; \
+	fi
+
+clean:
+	$(CARGO) clean

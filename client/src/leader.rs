@@ -312,7 +312,8 @@ async fn campaign_loop(e: &LeaderElector, tx: &watch::Sender<Leadership>) {
             .valid_until(sent)
             .saturating_duration_since(Instant::now());
         if left < timing.ttl * 2 / 3 {
-            match renew_once(&e.conn, &renew_cmd, timing.valid_until(sent), e.opts.retry).await {
+            let until = lease::confirm_deadline(&timing, sent, e.conn.command_timeout());
+            match renew_once(&e.conn, &renew_cmd, until, e.opts.retry).await {
                 Renewal::Renewed(at) => last_sent = at,
                 Renewal::Lost(_) => continue,
             }

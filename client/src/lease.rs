@@ -157,6 +157,12 @@ impl LeaseTiming {
     }
 }
 
+/// How long to try confirming a fresh grant with a renewal: until its own validity bound, and at
+/// least one command timeout (the bound may have passed during a long wait in the queue).
+pub(crate) fn confirm_deadline(timing: &LeaseTiming, sent: Instant, timeout: Duration) -> Instant {
+    timing.valid_until(sent).max(Instant::now() + timeout)
+}
+
 /// Outcome of one renewal with retries.
 pub(crate) enum Renewal {
     /// Renewed by a request sent at that instant.

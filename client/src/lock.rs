@@ -443,6 +443,39 @@ impl RwLock {
         let mut uncertain_since: Option<Instant> = None;
         // Whether any request's outcome was unknown (only then can a surplus hold exist).
         let mut had_uncertain = false;
+        // A grant (by a request sent at `$since` or later) becomes a guard, unless its lease
+        // could not be confirmed: lapsed already (ask again while the deadline allows), or
+        // unknown (check RWLOCK.INFO, as after a lost reply).
+        macro_rules! on_grant {
+            ($token:expr, $since:expr) => {{
+                let sweep = generated && (had_uncertain || self.conn.is_cluster());
+                match self
+                    .granted(mode, owner.clone(), sweep, $token, $since, &mut cleanup)
+                    .await
+                {
+                    Ok(g) => return Ok(Some(g)),
+                    Err(LossReason::Revoked) => {
+                        uncertain_since = None;
+                        if wait == Wait::No || deadline.is_some_and(|d| Instant::now() >= d) {
+                            cleanup.disarm();
+                            return Ok(None);
+                        }
+                        continue;
+                    }
+                    Err(reason) => {
+                        had_uncertain = true;
+                        uncertain_since = Some($since);
+                        match backoff.next_delay(deadline) {
+                            Some(d) => {
+                                tokio::time::sleep(d).await;
+                                continue;
+                            }
+                            None => return Err(Error::LeaseLost(reason)),
+                        }
+                    }
+                }
+            }};
+        }
         loop {
             if let Some(since) = uncertain_since {
                 let info_cmd = redis::cmd("RWLOCK.INFO").arg(&self.key).to_owned();
@@ -456,17 +489,7 @@ impl RwLock {
                         match info.hold_of(&owner, mode) {
                             Some(h) if h.count > baseline => {
                                 let token = h.token;
-                                return self
-                                    .granted(
-                                        mode,
-                                        owner,
-                                        generated && (had_uncertain || self.conn.is_cluster()),
-                                        token,
-                                        since,
-                                        &mut cleanup,
-                                    )
-                                    .await
-                                    .map(Some);
+                                on_grant!(token, since);
                             }
                             _ => uncertain_since = None,
                         }
@@ -515,17 +538,7 @@ impl RwLock {
                 Ok(v) => {
                     let token = reply::token(&v)?;
                     let since = uncertain_since.unwrap_or(sent);
-                    return self
-                        .granted(
-                            mode,
-                            owner,
-                            generated && (had_uncertain || self.conn.is_cluster()),
-                            token,
-                            since,
-                            &mut cleanup,
-                        )
-                        .await
-                        .map(Some);
+                    on_grant!(token, since);
                 }
                 Err(e) => match classify(e) {
                     Failure::Transient { uncertain, err } => {
@@ -559,7 +572,7 @@ impl RwLock {
         token: u64,
         sent: Instant,
         cleanup: &mut InflightCleanup,
-    ) -> Result<LockGuard> {
+    ) -> std::result::Result<LockGuard, LossReason> {
         let timing = self.opts.timing;
         let renew_cmd = redis::cmd("RWLOCK.RENEW")
             .arg(&self.key)
@@ -571,19 +584,13 @@ impl RwLock {
             .valid_until(sent)
             .saturating_duration_since(Instant::now());
         if left < timing.ttl * 2 / 3 {
-            match renew_once(
-                &self.conn,
-                &renew_cmd,
-                timing.valid_until(sent),
-                self.opts.retry,
-            )
-            .await
-            {
+            // The server's answer is authoritative even when the local bound has passed: a
+            // renewal that finds the hold proves it from its own send time on.
+            let until = lease::confirm_deadline(&timing, sent, self.conn.command_timeout());
+            match renew_once(&self.conn, &renew_cmd, until, self.opts.retry).await {
                 Renewal::Renewed(at) => last_sent = at,
-                Renewal::Lost(reason) => {
-                    // Leave the cleanup armed: it releases whatever may be left.
-                    return Err(Error::LeaseLost(reason));
-                }
+                // Leave the cleanup armed: it releases whatever may be left.
+                Renewal::Lost(reason) => return Err(reason),
             }
         }
         cleanup.disarm();

@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::report::fmt_num;
+use crate::report::{fmt_num, Val};
 use crate::{BenchResult, ChartData, Machine};
 
 const MODULE: RGBColor = RGBColor(31, 119, 180);
@@ -50,7 +50,7 @@ pub fn draw(data: &ChartData, machine: &Machine, path: &Path) -> BenchResult<()>
             .map_err(err)?;
         top.draw_text(label, &(FONT, 14).into_font().color(&BLACK), (x + 22, 15))
             .map_err(err)?;
-        x += 22 + 9 * label.len() as i32 + 20;
+        x += 22 + 8 * label.len() as i32 + 16;
     }
     top.draw(&PathElement::new(
         vec![(900, 50), (916, 50)],
@@ -62,17 +62,17 @@ pub fn draw(data: &ChartData, machine: &Machine, path: &Path) -> BenchResult<()>
 
     let panels = body.split_evenly((1, 3));
     throughput(&panels[0], data)?;
-    let groups: Vec<(String, Option<f64>, Option<f64>, f64)> = data
+    let groups: Vec<(String, Val, Val, f64)> = data
         .s2
         .iter()
-        .map(|(n, m, b, t)| (format!("{n} writers"), *m, *b, *t))
+        .map(|(n, m, b, t)| (format!("{n} writers"), m.clone(), b.clone(), *t))
         .collect();
     grouped_log(
         &panels[1],
         "2: contended hand-off, wait p99 (ms, log)",
         &groups,
     )?;
-    let groups: Vec<(String, Option<f64>, Option<f64>, f64)> = data
+    let groups: Vec<(String, Val, Val, f64)> = data
         .s34
         .iter()
         .map(|(l, m, b, t)| {
@@ -81,7 +81,7 @@ pub fn draw(data: &ChartData, machine: &Machine, path: &Path) -> BenchResult<()>
             } else {
                 "4: after lease deadline"
             };
-            (short.to_string(), *m, *b, *t)
+            (short.to_string(), m.clone(), b.clone(), *t)
         })
         .collect();
     grouped_log(&panels[2], "3, 4: worst-case wait (ms, log)", &groups)?;
@@ -105,6 +105,11 @@ fn throughput(area: &DrawingArea<SVGBackend, Shift>, data: &ChartData) -> BenchR
         .build_cartesian_2d(0f64..max * 1.25, -0.5f64..n as f64 - 0.5)
         .map_err(err)?;
     let labels: Vec<String> = data.s1.iter().map(|(l, _, _)| l.clone()).collect();
+    let floor = data
+        .s1
+        .iter()
+        .find(|(_, _, k)| *k == 0)
+        .and_then(|(_, v, _)| *v);
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -122,6 +127,25 @@ fn throughput(area: &DrawingArea<SVGBackend, Shift>, data: &ChartData) -> BenchR
         .label_style((FONT, 13))
         .draw()
         .map_err(err)?;
+    if let Some(f) = floor {
+        let t = 0.85 * f / 1000.0;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(t, -0.5), (t, n as f64 - 0.5)],
+                TARGET.stroke_width(2),
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((t, n as f64 - 0.5))
+                    + Text::new(
+                        "0.85 x floor",
+                        (4, 2),
+                        (FONT, 12).into_font().color(&TARGET),
+                    ),
+            ))
+            .map_err(err)?;
+    }
     for (i, (_, v, kind)) in data.s1.iter().enumerate() {
         let y = (n - 1 - i) as f64;
         let color = match kind {
@@ -161,12 +185,12 @@ fn throughput(area: &DrawingArea<SVGBackend, Shift>, data: &ChartData) -> BenchR
 fn grouped_log(
     area: &DrawingArea<SVGBackend, Shift>,
     title: &str,
-    groups: &[(String, Option<f64>, Option<f64>, f64)],
+    groups: &[(String, Val, Val, f64)],
 ) -> BenchResult<()> {
     let n = groups.len().max(1);
     let vals = groups
         .iter()
-        .flat_map(|(_, m, b, t)| [*m, *b, Some(*t)])
+        .flat_map(|(_, m, b, t)| [m.num(), b.num(), Some(*t)])
         .flatten()
         .filter(|v| *v > 0.0);
     let (lo, hi) = vals.fold((f64::INFINITY, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
@@ -202,10 +226,10 @@ fn grouped_log(
         .map_err(err)?;
     for (i, (_, m, b, t)) in groups.iter().enumerate() {
         let x = i as f64;
-        for (v, color, x0) in [(m, MODULE, x - 0.38), (b, BASELINE, x + 0.02)] {
+        for (val, color, x0) in [(m, MODULE, x - 0.38), (b, BASELINE, x + 0.02)] {
             let x1 = x0 + 0.36;
-            match v {
-                Some(v) if *v > 0.0 => {
+            match val.num() {
+                Some(v) if v > 0.0 => {
                     let top = v.clamp(lo, hi);
                     chart
                         .draw_series(std::iter::once(Rectangle::new(
@@ -216,7 +240,7 @@ fn grouped_log(
                     chart
                         .draw_series(std::iter::once(
                             EmptyElement::at((x0, top))
-                                + Text::new(fmt_num(*v), (2, -16), (FONT, 13).into_font()),
+                                + Text::new(val.render(""), (2, -16), (FONT, 13).into_font()),
                         ))
                         .map_err(err)?;
                 }

@@ -98,7 +98,7 @@ impl Settings {
                 s1_conns: 4,
                 s1_pipeline_pairs: 8,
                 s1_secs: 2.0,
-                s1_max_pairs: 32,
+                s1_max_pairs: 160,
                 s1_rounds: 1,
                 s2_writers: vec![2, 8, 32],
                 s2_hold: Duration::from_millis(2),
@@ -185,6 +185,22 @@ pub struct Ctx {
     pub scripts: locks::Scripts,
     /// Median round trip of a PING on a multiplexed connection.
     pub rtt: Duration,
+    /// The server's pid (for its CPU time).
+    pub server_pid: Option<u32>,
+}
+
+/// CPU time (user + system) a process has used so far, from /proc.
+pub fn process_cpu(pid: u32) -> Option<Duration> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    Some(Duration::from_nanos((utime + stime) * 1_000_000_000 / hz))
 }
 
 /// The numbers the chart draws.
@@ -193,9 +209,9 @@ pub struct ChartData {
     /// Scenario 1: (label, pairs/s, kind: 0 floor, 1 module, 2 baseline).
     pub s1: Vec<(String, Option<f64>, u8)>,
     /// Scenario 2: (writers, module p99 ms, baseline p99 ms, target ms).
-    pub s2: Vec<(usize, Option<f64>, Option<f64>, f64)>,
+    pub s2: Vec<(usize, Val, Val, f64)>,
     /// Scenarios 3 and 4: (label, module ms, baseline ms, target ms).
-    pub s34: Vec<(String, Option<f64>, Option<f64>, f64)>,
+    pub s34: Vec<(String, Val, Val, f64)>,
 }
 
 /// Where and on what the run happened.
@@ -542,6 +558,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         client,
         scripts,
         rtt,
+        server_pid: server.pid(),
     };
     let mut chart = ChartData::default();
     let mut rows = Vec::new();
@@ -583,6 +600,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             server = start_server(maxclients, cfg.no_module)?;
             ctx.port = server.port;
             ctx.client = server.client();
+            ctx.server_pid = server.pid();
             rt.block_on(async {
                 let mut c = locks::connect(&ctx.client, Some(Duration::from_secs(5))).await?;
                 ctx.scripts.load(&mut c).await

@@ -69,6 +69,33 @@ fn pipeline_bytes(ctx: &Ctx, v: Variant, conn: usize, pairs: usize, tag: &str) -
     out
 }
 
+/// What one run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    pub pairs_per_sec: f64,
+    /// Server CPU time (user + system) per pair, µs.
+    pub server_cpu_us: Option<f64>,
+    /// Server CPU time / wall time.
+    pub server_busy: Option<f64>,
+    /// Load generator thread CPU time / wall time.
+    pub client_busy: f64,
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut u) != 0 {
+            return Duration::ZERO;
+        }
+        let tv = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+        };
+        tv(u.ru_utime) + tv(u.ru_stime)
+    }
+}
+
 /// Pairs per second of one variant over `secs` (or `max_pairs` pairs, whichever ends first).
 /// Runs its load generator on a current-thread runtime of its own, so the client uses at most
 /// one core and leaves the other to the server.
@@ -78,7 +105,7 @@ pub fn run_variant(
     v: Variant,
     secs: f64,
     max_pairs: u64,
-) -> BenchResult<f64> {
+) -> BenchResult<Measured> {
     let pairs = st.s1_pipeline_pairs;
     let tag = match v {
         Variant::Floor => "floor".to_string(),
@@ -90,8 +117,9 @@ pub fn run_variant(
     let port = ctx.port;
     let per_conn = (max_pairs / st.s1_conns as u64).max(pairs as u64);
     let dur = Duration::from_secs_f64(secs);
+    let pid = ctx.server_pid;
     std::thread::scope(|s| {
-        s.spawn(move || -> BenchResult<f64> {
+        s.spawn(move || -> BenchResult<Measured> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -100,6 +128,8 @@ pub fn run_variant(
                 for _ in 0..bufs.len() {
                     conns.push(RawConn::connect(port, Duration::from_secs(5)).await?);
                 }
+                let cpu0 = pid.and_then(crate::process_cpu);
+                let me0 = thread_cpu();
                 let start = Instant::now();
                 let end = start + dur;
                 let mut tasks = Vec::new();
@@ -108,20 +138,31 @@ pub fn run_variant(
                         let mut done: u64 = 0;
                         while done < per_conn && Instant::now() < end {
                             conn.send(&buf).await?;
-                            for i in 0..2 * pairs {
-                                let r = conn.read_reply_within(Duration::from_secs(10)).await?;
-                                let ok = if i % 2 == 0 {
-                                    r.is_grant()
-                                } else {
-                                    r == Reply::Int(1)
-                                };
-                                if !ok {
-                                    return Err(format!(
-                                        "{}: unexpected reply {r:?} to command {i} of the pipeline",
-                                        v.label()
-                                    )
-                                    .into());
+                            // One timeout for the whole pipeline (a timer per reply would cost
+                            // more client CPU than the parsing).
+                            let replies = tokio::time::timeout(Duration::from_secs(10), async {
+                                let mut bad = None;
+                                for i in 0..2 * pairs {
+                                    let r = conn.read_reply().await?;
+                                    let ok = if i % 2 == 0 {
+                                        r.is_grant()
+                                    } else {
+                                        r == Reply::Int(1)
+                                    };
+                                    if !ok && bad.is_none() {
+                                        bad = Some((i, r));
+                                    }
                                 }
+                                BenchResult::Ok(bad)
+                            })
+                            .await
+                            .map_err(|_| "no reply to a pipeline within 10 s")??;
+                            if let Some((i, r)) = replies {
+                                return Err(format!(
+                                    "{}: unexpected reply {r:?} to command {i} of the pipeline",
+                                    v.label()
+                                )
+                                .into());
                             }
                             done += pairs as u64;
                         }
@@ -133,7 +174,18 @@ pub fn run_variant(
                     total += t.await??;
                 }
                 let el = start.elapsed().as_secs_f64();
-                Ok(total as f64 / el)
+                let me = (thread_cpu() - me0).as_secs_f64();
+                // /proc counts in clock ticks (10 ms): a run shorter than 0.2 s tells nothing.
+                let cpu = match (cpu0, pid.and_then(crate::process_cpu)) {
+                    (Some(a), Some(b)) if el >= 0.2 => Some((b - a).as_secs_f64()),
+                    _ => None,
+                };
+                Ok(Measured {
+                    pairs_per_sec: total as f64 / el,
+                    server_cpu_us: cpu.map(|c| c * 1e6 / total.max(1) as f64),
+                    server_busy: cpu.map(|c| c / el),
+                    client_busy: me / el,
+                })
             })
         })
         .join()
@@ -150,7 +202,7 @@ pub fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
         Variant::Lock(Imp::Baseline, Mode::Read),
         Variant::Lock(Imp::Baseline, Mode::Write),
     ];
-    let mut results: Vec<Result<Vec<f64>, String>> = vec![Ok(Vec::new()); variants.len()];
+    let mut results: Vec<Result<Vec<Measured>, String>> = vec![Ok(Vec::new()); variants.len()];
     for _round in 0..st.s1_rounds {
         for (i, v) in variants.iter().enumerate() {
             if results[i].is_err() {
@@ -165,20 +217,41 @@ pub fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
             }
         }
     }
-    let val = |i: usize| match &results[i] {
-        Ok(v) if !v.is_empty() => Val::Num(median(v)),
+    let stat = |i: usize, f: &dyn Fn(&Measured) -> Option<f64>| match &results[i] {
+        Ok(v) if !v.is_empty() => {
+            let xs: Vec<f64> = v.iter().filter_map(f).collect();
+            if xs.is_empty() {
+                Val::Missing
+            } else {
+                Val::Num(median(&xs))
+            }
+        }
         Ok(_) => Val::Missing,
         Err(e) => Val::Text(format!("error: {e}")),
     };
+    let val = |i: usize| stat(i, &|m| Some(m.pairs_per_sec));
+    let cpu = |i: usize| stat(i, &|m| m.server_cpu_us);
+    let busy = |i: usize| stat(i, &|m| m.server_busy.map(|b| b * 100.0));
+    let cbusy = |i: usize| stat(i, &|m| Some(m.client_busy * 100.0));
+    let pct = |v: Val| v.num().map(|b| format!("{b:.0}%")).unwrap_or("?".into());
     let floor = val(0);
     let sc = "1 uncontended, pipelined";
     let setup = format!(
         "{} conns x {} pairs/pipeline, median of {} runs",
         st.s1_conns, st.s1_pipeline_pairs, st.s1_rounds
     );
-    let mut rows = vec![Row::new(sc, "SET NX PX + DEL (floor)", "pairs/s", "")
-        .vals(floor.clone(), Val::Text("(same server, same run)".into()))
-        .note(setup)];
+    let mut rows = vec![
+        Row::new(sc, "SET NX PX + DEL (floor)", "pairs/s", "")
+            .vals(floor.clone(), Val::Text("(same server, same run)".into()))
+            .note(setup),
+        Row::new(sc, "SET NX PX + DEL (floor)", "server CPU per pair", "µs")
+            .vals(cpu(0), Val::Missing)
+            .note(format!(
+                "busy: server {}, load generator {}",
+                pct(busy(0)),
+                pct(cbusy(0))
+            )),
+    ];
     chart.s1.push(("SET NX PX+DEL".into(), floor.num(), 0));
     for (mode, mi, bi) in [(Mode::Read, 1, 3), (Mode::Write, 2, 4)] {
         let case = Variant::Lock(Imp::Module, mode).label();
@@ -199,6 +272,17 @@ pub fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
             Row::new(sc, case, "module / baseline", "x")
                 .vals(ratio(&m, &b), Val::Missing)
                 .module_target(">= 2.5", |r| r >= 2.5),
+        );
+        rows.push(
+            Row::new(sc, case, "server CPU per pair", "µs")
+                .vals(cpu(mi), cpu(bi))
+                .note(format!(
+                    "busy: server {} / {}, load generator {} / {} (module / baseline)",
+                    pct(busy(mi)),
+                    pct(busy(bi)),
+                    pct(cbusy(mi)),
+                    pct(cbusy(bi))
+                )),
         );
     }
     rows

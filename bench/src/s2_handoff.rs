@@ -187,7 +187,7 @@ pub async fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
         rows.push(Row::new(sc, &case, "wait p50", "ms").vals(m, b));
         let limit = n as f64 * (hold_ms + 1.0);
         let (m, b) = pick(&|o| wait_val(o, 99.0));
-        chart.s2.push((n, m.num(), b.num(), limit));
+        chart.s2.push((n, m.clone(), b.clone(), limit));
         rows.push(
             Row::new(sc, &case, "wait p99", "ms")
                 .vals(m, b)

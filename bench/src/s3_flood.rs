@@ -186,8 +186,8 @@ pub async fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
     let (m, b) = (stat(&res[0], true), stat(&res[1], true));
     chart.s34.push((
         "writer wait under reader flood (max)".into(),
-        m.num(),
-        b.num(),
+        m.clone(),
+        b.clone(),
         limit,
     ));
     let detail = |r: &Result<Outcome, String>| match r {

@@ -129,8 +129,8 @@ pub async fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
     let (m, b) = (stat(&res[0], 100.0), stat(&res[1], 100.0));
     chart.s34.push((
         "served after lease deadline (max)".into(),
-        m.num(),
-        b.num(),
+        m.clone(),
+        b.clone(),
         10.0,
     ));
     let note = format!(

@@ -149,28 +149,30 @@ async fn readers_cost(ctx: &Ctx, st: &Settings, imp: Imp, m: usize) -> BenchResu
     res
 }
 
-/// Sends `cmd` on `w` new raw connections (at most 200 connecting at once); returns them.
+/// Sends each of `cmds` on a new raw connection of its own (at most 200 connecting at once);
+/// returns the connections in the order of `cmds`.
 async fn open_waiters(port: u16, cmds: Vec<Vec<u8>>) -> BenchResult<Vec<RawConn>> {
-    let mut out = Vec::with_capacity(cmds.len());
-    let mut it = cmds.into_iter();
+    let mut out: Vec<(usize, RawConn)> = Vec::with_capacity(cmds.len());
+    let mut it = cmds.into_iter().enumerate();
     loop {
-        let batch: Vec<Vec<u8>> = it.by_ref().take(200).collect();
+        let batch: Vec<(usize, Vec<u8>)> = it.by_ref().take(200).collect();
         if batch.is_empty() {
             break;
         }
         let mut set = tokio::task::JoinSet::new();
-        for cmd in batch {
+        for (i, cmd) in batch {
             set.spawn(async move {
                 let mut c = RawConn::connect(port, T).await?;
                 c.send(&cmd).await?;
-                BenchResult::Ok(c)
+                BenchResult::Ok((i, c))
             });
         }
         while let Some(r) = set.join_next().await {
             out.push(r??);
         }
     }
-    Ok(out)
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out.into_iter().map(|(_, c)| c).collect())
 }
 
 /// The `waiters` field of `RWLOCK.INFO key`, if the module answers it.
@@ -287,12 +289,14 @@ async fn waiters_module(ctx: &Ctx, st: &Settings, w: usize) -> BenchResult<Waite
     let mut last = t0;
     let mut err = None;
     while let Some(r) = set.join_next().await {
-        match r? {
-            Ok(at) => last = last.max(at),
-            Err(e) => {
+        match r {
+            Ok(Ok(at)) => last = last.max(at),
+            Ok(Err(e)) => {
                 err = err.or(Some(e));
                 set.abort_all();
             }
+            Err(j) if j.is_cancelled() => {}
+            Err(j) => err = err.or(Some(j.into())),
         }
     }
     if let Some(e) = err {

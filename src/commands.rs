@@ -196,7 +196,10 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 mode = lock.mode(now).map_or("none", Mode::as_str);
                 waiters = lock.waiter_count();
                 last = lock.last_token();
-                for h in lock.live_holders(now) {
+                // In grant order, whatever the table's order.
+                let mut live: Vec<_> = lock.live_holders(now).collect();
+                live.sort_unstable_by_key(|h| h.hold.token);
+                for h in live {
                     let counts = [(Mode::Write, h.hold.writes), (Mode::Read, h.hold.reads)];
                     for (m, count) in counts.into_iter().filter(|(_, c)| *c > 0) {
                         let mut e = BTreeMap::new();

@@ -443,6 +443,9 @@ impl RwLock {
         let mut uncertain_since: Option<Instant> = None;
         // Whether any request's outcome was unknown (only then can a surplus hold exist).
         let mut had_uncertain = false;
+        // Set when out of time with an unknown outcome: the error to report unless the final
+        // RWLOCK.INFO check finds a hold to adopt.
+        let mut last_error: Option<redis::RedisError> = None;
         // A grant (by a request sent at `$since` or later) becomes a guard, unless its lease
         // could not be confirmed: lapsed already (ask again while the deadline allows), or
         // unknown (check RWLOCK.INFO, as after a lost reply).
@@ -493,15 +496,25 @@ impl RwLock {
                             }
                             _ => uncertain_since = None,
                         }
+                        if let Some(err) = last_error.take() {
+                            // The deadline has passed and nothing was granted after all.
+                            cleanup.disarm();
+                            return Err(backoff.give_up(err));
+                        }
                     }
                     Err(e) => match classify(e) {
-                        Failure::Transient { err, .. } => match backoff.next_delay(deadline) {
-                            Some(d) => {
-                                tokio::time::sleep(d).await;
-                                continue;
+                        Failure::Transient { err, .. } => {
+                            if last_error.is_some() {
+                                return Err(backoff.give_up(err));
                             }
-                            None => return Err(backoff.give_up(err)),
-                        },
+                            match backoff.next_delay(deadline) {
+                                Some(d) => {
+                                    tokio::time::sleep(d).await;
+                                    continue;
+                                }
+                                None => return Err(backoff.give_up(err)),
+                            }
+                        }
                         Failure::Fatal(e) => return Err(e),
                     },
                 }
@@ -550,6 +563,9 @@ impl RwLock {
                         }
                         match backoff.next_delay(deadline) {
                             Some(d) => tokio::time::sleep(d).await,
+                            // Out of time; but a request whose reply was lost may have been
+                            // granted: one last look at RWLOCK.INFO adopts such a hold.
+                            None if uncertain_since.is_some() => last_error = Some(err),
                             None => return Err(backoff.give_up(err)),
                         }
                     }

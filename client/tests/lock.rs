@@ -318,3 +318,62 @@ fn blocking_api() {
         "drop released the read lock"
     );
 }
+
+/// A grant whose reply is lost (the server freezes right after granting, the client gives up
+/// waiting for the reply) is adopted through RWLOCK.INFO: one hold, no surplus, no leak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_reply_was_lost_is_adopted_not_duplicated() {
+    let s = server();
+    let conn = connector(&s)
+        .await
+        .with_command_timeout(Duration::from_millis(1_500));
+    let lock = RwLock::new(&conn, "lock:lost-reply").with_options(opts(8_000));
+    let mut c = s.conn();
+    let _: u64 = redis::cmd("RWLOCK.WLOCK")
+        .arg("lock:lost-reply")
+        .arg("h")
+        .arg(10_000)
+        .query(&mut c)
+        .unwrap();
+    let contender = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let t = Instant::now();
+            (
+                lock.write_timeout(Duration::from_millis(600)).await,
+                t.elapsed(),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Release (which grants the waiting contender) and freeze the server before the reply goes
+    // out; the contender's reply limit (600 + 1500 ms) runs out during the freeze.
+    let (released, ()): (i64, ()) = redis::pipe()
+        .cmd("RWLOCK.UNLOCK")
+        .arg("lock:lost-reply")
+        .arg("h")
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg(3)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(released, 1);
+    let (g, took) = contender.await.unwrap();
+    let g = g.expect("adopted, not an error").expect("granted");
+    assert!(
+        took > Duration::from_millis(2_000),
+        "{took:?}: the reply was really lost"
+    );
+    assert!(g.is_held());
+    let info = lock.info().await.unwrap();
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].owner, g.owner());
+    assert_eq!(info.holders[0].count, 1, "no second hold: {info:?}");
+    assert_eq!(info.holders[0].token, g.token());
+    assert!(g.release().await.unwrap());
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("lock:lost-reply")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(exists, 0, "nothing left behind");
+}

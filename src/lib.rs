@@ -44,13 +44,15 @@ mod module {
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [RWLOCK_TYPE, ELECTION_TYPE],
         init: init,
+        // The optional ACL category ("blocking": these may wait) is set where the server has
+        // RedisModule_SetCommandACLCategories (Redis 7.2+, Valkey) and skipped on 7.0.
         commands: [
-            ["rwlock.rlock", commands::rlock, "write deny-oom", 1, 1, 1, ""],
-            ["rwlock.wlock", commands::wlock, "write deny-oom", 1, 1, 1, ""],
+            ["rwlock.rlock", commands::rlock, "write deny-oom", 1, 1, 1, "", "blocking"],
+            ["rwlock.wlock", commands::wlock, "write deny-oom", 1, 1, 1, "", "blocking"],
             ["rwlock.unlock", commands::unlock, "write", 1, 1, 1, ""],
             ["rwlock.renew", commands::renew, "write fast", 1, 1, 1, ""],
             ["rwlock.info", commands::info, "readonly", 1, 1, 1, ""],
-            ["leader.campaign", commands::campaign, "write deny-oom", 1, 1, 1, ""],
+            ["leader.campaign", commands::campaign, "write deny-oom", 1, 1, 1, "", "blocking"],
             ["leader.renew", commands::leader_renew, "write fast", 1, 1, 1, ""],
             ["leader.resign", commands::resign, "write fast", 1, 1, 1, ""],
             ["leader.current", commands::current, "readonly fast", 1, 1, 1, ""],

@@ -251,3 +251,87 @@ fn info_and_leader_print_state() {
     let help = Command::new(BIN).args(["lock", "--help"]).output().unwrap();
     assert!(String::from_utf8_lossy(&help.stdout).contains("--ttl"));
 }
+
+fn wait_exists(s: &Server, key: &str) {
+    let t = Instant::now();
+    while redis_get(s, &["EXISTS", key]) != redis::Value::Int(1) {
+        assert!(t.elapsed() < Duration::from_secs(5), "{key} never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_lock_released() {
+    let s = server();
+    let mut child = cli(&s)
+        .args(["lock", "cli:sig", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:sig");
+    // SIGTERM to the redis-lease process this test started.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(
+        st.code(),
+        Some(128 + 15),
+        "CMD's status (killed by SIGTERM)"
+    );
+    assert_eq!(redis_get(&s, &["EXISTS", "cli:sig"]), redis::Value::Int(0));
+}
+
+#[test]
+fn elect_stops_the_command_when_leadership_is_lost() {
+    let s = server();
+    let mut child = cli(&s)
+        .args(["elect", "--ttl", "900", "--grace", "500", "cli:lose"])
+        .args(["--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:lose");
+    redis_get(&s, &["DEL", "cli:lose"]);
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(3));
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("leadership"), "{err}");
+}
+
+#[test]
+fn leader_watch_prints_every_change() {
+    use std::io::{BufRead, BufReader};
+    let s = server();
+    let mut watcher = cli(&s)
+        .args(["leader", "--watch", "cli:watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = watcher.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || rx.recv_timeout(Duration::from_secs(5)).expect("a line");
+    assert_eq!(next(), "(none)");
+    redis_get(&s, &["LEADER.CAMPAIGN", "cli:watch", "x", "5000"]);
+    assert!(next().starts_with("x\tterm="));
+    redis_get(&s, &["LEADER.RESIGN", "cli:watch", "x"]);
+    assert_eq!(next(), "(none)");
+    redis_get(&s, &["LEADER.CAMPAIGN", "cli:watch", "y", "5000"]);
+    assert!(next().starts_with("y\tterm="));
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    reader.join().unwrap();
+}

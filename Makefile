@@ -3,12 +3,13 @@
 #   make run    build it and start redis-server in the foreground with redis.conf.example
 #   make test   unit, property and integration tests (starts its own servers)
 #   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
+#   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make deps   install what a fresh Debian machine lacks
 
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build run test bench deps lint fmt clean
+.PHONY: all build run test bench cluster cluster-stop deps lint fmt clean
 
 all: build
 
@@ -25,6 +26,12 @@ test: build
 
 bench: build
 	$(CARGO) run --release -p redis-lease-bench -- --out bench/out
+
+cluster: build
+	scripts/cluster.sh start 7000
+
+cluster-stop:
+	scripts/cluster.sh stop 7000
 
 lint:
 	$(CARGO) fmt --all -- --check

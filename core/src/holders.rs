@@ -169,18 +169,19 @@ impl Holders {
         }
     }
 
-    /// Heap bytes beyond the inline part (an estimate for the table form).
-    pub fn heap_bytes(&self) -> usize {
+    /// Heap bytes beyond the inline part, each allocation rounded by `round` (an estimate
+    /// for the table form: hash buckets, tree nodes, and each owner stored twice).
+    pub fn heap_bytes(&self, round: &dyn Fn(usize) -> usize) -> usize {
         match self {
-            Holders::One(o, _) => o.len(),
+            Holders::One(o, _) => round(o.len()),
             Holders::Many(t) => {
-                let owners: usize = t.by_owner.keys().map(|o| o.len()).sum();
+                let owners: usize = t.by_owner.keys().map(|o| 2 * round(o.len())).sum();
                 let entry = std::mem::size_of::<(Box<[u8]>, Hold)>() + 1;
-                let index = std::mem::size_of::<(Ms, Box<[u8]>)>();
-                std::mem::size_of::<Table>()
+                let index = std::mem::size_of::<(Ms, Box<[u8]>)>() + 8;
+                round(std::mem::size_of::<Table>())
                     + t.by_owner.capacity() * entry
-                    + t.by_deadline.len() * (index + 8)
-                    + 2 * owners
+                    + t.by_deadline.len() * index
+                    + owners
             }
         }
     }

@@ -156,15 +156,16 @@ impl Lock {
         mode
     }
 
-    /// Heap bytes owned by this key besides the `Lock` itself (an estimate for large keys).
-    pub fn heap_bytes(&self) -> usize {
+    /// Heap bytes owned by this key besides the `Lock` itself, each allocation rounded up by
+    /// `round` (the allocator's size classes); an estimate for large keys.
+    pub fn heap_bytes_rounded(&self, round: impl Fn(usize) -> usize) -> usize {
         let queue = self.queue.as_ref().map_or(0, |q| {
-            std::mem::size_of::<Queue>()
+            round(std::mem::size_of::<Queue>())
                 + q.iter()
-                    .map(|w| std::mem::size_of::<Waiter>() + 16 + w.owner.len())
+                    .map(|w| std::mem::size_of::<Waiter>() + 16 + round(w.owner.len()))
                     .sum::<usize>()
         });
-        self.holders.heap_bytes() + queue
+        self.holders.heap_bytes(&round) + queue
     }
 
     /// Puts a holder back as it was saved (RDB load, RESTORE).

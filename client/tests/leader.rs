@@ -51,7 +51,7 @@ async fn one_leader_then_handover_on_resign() {
         .unwrap()
         .unwrap();
     assert!(
-        t.elapsed() < Duration::from_millis(500),
+        t.elapsed() < Duration::from_millis(1_000),
         "handover took {:?}",
         t.elapsed()
     );
@@ -134,7 +134,7 @@ async fn leader_steps_down_when_the_server_stops_answering() {
         .await
         .expect("stepped down");
     assert!(
-        t.elapsed() <= Duration::from_millis(1_100),
+        t.elapsed() <= Duration::from_millis(1_300),
         "{:?}",
         t.elapsed()
     );

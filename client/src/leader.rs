@@ -721,6 +721,10 @@ async fn observe(
         // The subscription is gone: subscribe again, then re-read what was missed.
         let mut backoff = Backoff::new(opts.retry);
         loop {
+            if opts.configure_notifications {
+                // A restarted or failed-over server may have lost the setting.
+                let _ = ensure_notifications(&conn).await;
+            }
             match conn.key_events(&key).await {
                 Ok(s) => {
                     events = s;

@@ -176,3 +176,38 @@ fn blocking_election() {
         .unwrap()
         .is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observer_resubscribes_after_a_server_restart() {
+    let mut s = server();
+    let conn = connector(&s).await;
+    let mut obs = LeaderObserver::start(&conn, "election:restart")
+        .await
+        .unwrap();
+    s.kill9();
+    let s = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        // The restarted server has the default notification settings again: the observer
+        // sets them again when it subscribes again.
+        s.restart(None);
+        s
+    })
+    .await
+    .unwrap();
+    let mut c = raw(&s).await;
+    // Give the observer time to subscribe again (its backoff is at most 1 s).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let _: u64 = redis::cmd("LEADER.CAMPAIGN")
+        .arg("election:restart")
+        .arg("z")
+        .arg(5_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(5), obs.changed())
+        .await
+        .expect("change after the restart reported")
+        .unwrap()
+        .expect("z leads");
+    assert_eq!(seen.candidate, "z");
+}

@@ -431,8 +431,7 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
     .unwrap();
     assert!(next > t, "the promoted node hands out larger tokens");
     // Every other lock is still there.
-    assert_eq!(
-        holders(&mut c, "lock:42"),
-        vec![("me".to_string(), holders(&mut c, "lock:42")[0].1)]
-    );
+    let others = holders(&mut c, "lock:42");
+    assert_eq!(others.len(), 1);
+    assert_eq!(others[0].0, "me");
 }

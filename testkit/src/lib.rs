@@ -161,7 +161,9 @@ impl Server {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", server_binary()))?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", server_binary()))?;
         self.child = Some(child);
         self.wait_ready(Duration::from_secs(20))
     }
@@ -173,17 +175,25 @@ impl Server {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.child = None;
-                    return Err(format!("redis-server exited ({status}); log:\n{}", self.log()));
+                    return Err(format!(
+                        "redis-server exited ({status}); log:\n{}",
+                        self.log()
+                    ));
                 }
             }
-            if let Ok(mut c) = self.client().get_connection_with_timeout(Duration::from_millis(500))
+            if let Ok(mut c) = self
+                .client()
+                .get_connection_with_timeout(Duration::from_millis(500))
             {
                 if redis::cmd("PING").query::<String>(&mut c).is_ok() {
                     return Ok(());
                 }
             }
             if start.elapsed() > limit {
-                return Err(format!("redis-server not ready in {limit:?}; log:\n{}", self.log()));
+                return Err(format!(
+                    "redis-server not ready in {limit:?}; log:\n{}",
+                    self.log()
+                ));
             }
             sleep(Duration::from_millis(20));
         }
@@ -224,7 +234,8 @@ impl Server {
         if let Some(o) = opts {
             self.opts = o;
         }
-        self.spawn().unwrap_or_else(|e| panic!("restart failed: {e}"));
+        self.spawn()
+            .unwrap_or_else(|e| panic!("restart failed: {e}"));
     }
 }
 

@@ -176,6 +176,7 @@ pub fn commit<V: LeaseValue>(
 pub fn settle<V: LeaseValue>(place: &Place, v: &mut V) {
     let lock = v.lock_mut();
     if lock.is_empty() {
+        crate::wakeup::forget(place.db, place.name.as_slice(), lock);
         place.key.delete();
         return;
     }

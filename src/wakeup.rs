@@ -37,6 +37,17 @@ pub fn remember(db: i32, key: &[u8], lock: &mut Lock) {
     arm(at);
 }
 
+/// Drops the pending wake-up of a key that is going away, so that locks taken and released
+/// quickly leave nothing behind (the timer itself stays armed; it re-arms when it fires).
+pub fn forget(db: i32, key: &[u8], lock: &mut Lock) {
+    if lock.wakeup == 0 {
+        return;
+    }
+    let entry = (lock.wakeup, db, Box::<[u8]>::from(key));
+    lock.wakeup = 0;
+    state::with(|s| s.wakeups.remove(&entry));
+}
+
 /// Makes sure the timer fires no later than `at`.
 pub fn arm(at: u64) {
     let ctx = TIMER_CTX.load(Ordering::Relaxed);

@@ -312,8 +312,19 @@ pub fn new_owner() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// Sleeps for `d` precisely (a thread sleep on the blocking pool: tokio's timer rounds up to
-/// whole milliseconds, which would turn a 2 ms hold into 3 ms).
-pub async fn hold_for(d: Duration) {
-    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
+/// Holds until `until`, precisely: a thread sleep on the blocking pool that wakes 200 µs
+/// early and spins the rest (tokio's timer rounds up to whole milliseconds, which would turn a
+/// 2 ms hold into 3 ms; a plain thread sleep overshoots by 50-100 µs).
+pub async fn hold_until(until: Instant) {
+    let _ = tokio::task::spawn_blocking(move || {
+        let now = Instant::now();
+        let early = Duration::from_micros(200);
+        if until > now + early {
+            std::thread::sleep(until - now - early);
+        }
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    })
+    .await;
 }

@@ -56,7 +56,7 @@ pub fn fmt_num(x: f64) -> String {
         return format!("{x}");
     }
     let a = x.abs();
-    let s = if a >= 1000.0 {
+    let s = if a.round() >= 1000.0 {
         let r = x.round() as i64;
         let digits = r.abs().to_string();
         let mut out = String::new();

@@ -101,7 +101,7 @@ pub async fn measure(
                 }
                 w.grants.push(t1);
                 w.waits.push(waited);
-                locks::hold_for(hold).await;
+                locks::hold_until(t1 + hold).await;
                 w.holds.push(t1.elapsed().as_secs_f64() * 1e3);
                 if !locks::release(imp, &mut conn, &scripts, Mode::Write, &key, &owner, ttl_ms)
                     .await?

@@ -1,6 +1,9 @@
 //! Scenario 3: a writer under a reader flood. Eight readers hold the key in overlapping 20 ms
 //! holds (staggered starts; each asks again right after releasing), so the key is never free
-//! of readers. A writer then asks for the write lock; we measure how long it waits.
+//! of readers. A writer then asks for the write lock; we measure how long it waits. Every
+//! trial starts a fresh, staggered flood on a fresh key (after a writer the module grants the
+//! queued readers together, which would leave them in step for the next trial), and the
+//! writer's arrival moves through one hold period over the trials.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,24 +23,30 @@ pub struct Outcome {
     pub reader_grants: u64,
 }
 
-pub async fn measure(
+/// One flood of `readers` readers with staggered starts; the writer arrives after every
+/// reader holds, at a phase that moves with `trial`, and we take its wait.
+#[allow(clippy::too_many_arguments)]
+async fn one_trial(
     ctx: &Ctx,
     imp: Imp,
-    readers: usize,
+    conns: &mut Vec<redis::aio::MultiplexedConnection>,
+    writer: &mut redis::aio::MultiplexedConnection,
     hold: Duration,
+    trial: usize,
     trials: usize,
     bound: Duration,
-) -> BenchResult<Outcome> {
-    let key = format!("bench:s3:{}", imp.name());
+    out: &mut Outcome,
+) -> BenchResult<()> {
+    let key = format!("bench:s3:{}:{trial}", imp.name());
     let ttl_ms = 10_000;
+    let readers = conns.len();
     let stop = Arc::new(AtomicBool::new(false));
     let max_hold = Arc::new(Mutex::new(0f64));
-    let mut tasks = Vec::new();
-    let t_start = Instant::now() + Duration::from_millis(20);
+    let t_start = Instant::now() + Duration::from_millis(5);
     // Readers stop by themselves at the latest here, whatever happens.
-    let hard_stop = Instant::now() + bound * (trials as u32 + 1) + Duration::from_secs(10);
-    for i in 0..readers {
-        let mut conn = locks::connect(&ctx.client, None).await?;
+    let hard_stop = t_start + bound + hold * 4 + Duration::from_secs(5);
+    let mut tasks = Vec::new();
+    for (i, mut conn) in conns.drain(..).enumerate() {
         let key = key.clone();
         let scripts = ctx.scripts.clone();
         let stop = stop.clone();
@@ -49,7 +58,7 @@ pub async fn measure(
             tokio::time::sleep_until((t_start + offset).into()).await;
             while !stop.load(Ordering::Relaxed) && Instant::now() < hard_stop {
                 let deadline = (Instant::now() + Duration::from_secs(5)).min(hard_stop);
-                if !locks::acquire(
+                let ok = locks::acquire(
                     imp,
                     &mut conn,
                     &scripts,
@@ -59,63 +68,54 @@ pub async fn measure(
                     ttl_ms,
                     deadline,
                 )
-                .await?
-                {
-                    continue;
+                .await;
+                match ok {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => return (conn, Err(e)),
                 }
                 let g = Instant::now();
                 grants += 1;
-                locks::hold_for(hold).await;
+                locks::hold_until(g + hold).await;
                 let h = g.elapsed().as_secs_f64() * 1e3;
                 {
                     let mut m = max_hold.lock().unwrap();
                     *m = m.max(h);
                 }
-                locks::release(imp, &mut conn, &scripts, Mode::Read, &key, &owner, ttl_ms).await?;
+                if let Err(e) =
+                    locks::release(imp, &mut conn, &scripts, Mode::Read, &key, &owner, ttl_ms).await
+                {
+                    return (conn, Err(e));
+                }
             }
-            BenchResult::Ok(grants)
+            (conn, BenchResult::Ok(grants))
         }));
     }
-    let mut out = Outcome {
-        bound_ms: bound.as_secs_f64() * 1e3,
-        ..Default::default()
-    };
     let writer_result: BenchResult<()> = async {
-        let mut conn = locks::connect(&ctx.client, None).await?;
         let owner = locks::new_owner();
-        // Let the flood get going: every reader has taken its first hold.
-        tokio::time::sleep_until((t_start + hold * 2).into()).await;
-        for _ in 0..trials {
-            let t0 = Instant::now();
-            let ok = locks::acquire(
-                imp,
-                &mut conn,
-                &ctx.scripts,
-                Mode::Write,
-                &key,
-                &owner,
-                ttl_ms,
-                t0 + bound,
-            )
-            .await?;
-            if ok {
-                out.waits.push(Some(t0.elapsed().as_secs_f64() * 1e3));
-                locks::hold_for(Duration::from_millis(2)).await;
-                locks::release(
-                    imp,
-                    &mut conn,
-                    &ctx.scripts,
-                    Mode::Write,
-                    &key,
-                    &owner,
-                    ttl_ms,
-                )
-                .await?;
-            } else {
-                out.waits.push(None);
-            }
-            // Let the readers overlap again before the next trial.
-            tokio::time::sleep(hold * 3).await;
+        // Every reader holds by now (the last started at 7/8 of a hold); the writer's arrival
+        // moves through one hold period over the trials.
+        let phase = hold * trial as u32 / trials.max(1) as u32;
+        tokio::time::sleep_until((t_start + hold * 2 + phase).into()).await;
+        let t0 = Instant::now();
+        let ok = locks::acquire(
+            imp,
+            writer,
+            &ctx.scripts,
+            Mode::Write,
+            &key,
+            &owner,
+            ttl_ms,
+            t0 + bound,
+        )
+        .await?;
+        if ok {
+            let waited = t0.elapsed();
+            out.waits.push(Some(waited.as_secs_f64() * 1e3));
+            locks::hold_until(t0 + waited + Duration::from_millis(2)).await;
+            locks::release(imp, writer, &ctx.scripts, Mode::Write, &key, &owner, ttl_ms).await?;
+        } else {
+            out.waits.push(None);
         }
         Ok(())
     }
@@ -123,7 +123,9 @@ pub async fn measure(
     stop.store(true, Ordering::Relaxed);
     let mut reader_err = None;
     for t in tasks {
-        match t.await? {
+        let (conn, r) = t.await?;
+        conns.push(conn);
+        match r {
             Ok(g) => out.reader_grants += g,
             Err(e) => reader_err = reader_err.or(Some(e)),
         }
@@ -132,7 +134,42 @@ pub async fn measure(
     if let Some(e) = reader_err {
         return Err(e);
     }
-    out.max_reader_hold_ms = *max_hold.lock().unwrap();
+    let m = *max_hold.lock().unwrap();
+    out.max_reader_hold_ms = out.max_reader_hold_ms.max(m);
+    Ok(())
+}
+
+pub async fn measure(
+    ctx: &Ctx,
+    imp: Imp,
+    readers: usize,
+    hold: Duration,
+    trials: usize,
+    bound: Duration,
+) -> BenchResult<Outcome> {
+    let mut conns = Vec::new();
+    for _ in 0..readers {
+        conns.push(locks::connect(&ctx.client, None).await?);
+    }
+    let mut writer = locks::connect(&ctx.client, None).await?;
+    let mut out = Outcome {
+        bound_ms: bound.as_secs_f64() * 1e3,
+        ..Default::default()
+    };
+    for trial in 0..trials {
+        one_trial(
+            ctx,
+            imp,
+            &mut conns,
+            &mut writer,
+            hold,
+            trial,
+            trials,
+            bound,
+            &mut out,
+        )
+        .await?;
+    }
     Ok(out)
 }
 

@@ -226,6 +226,17 @@ pub struct Machine {
     pub module_list: String,
     pub workspace_head: String,
     pub date: String,
+    /// /proc/loadavg when the run started and when it ended (other work on the machine skews
+    /// every figure).
+    pub load_start: String,
+    pub load_end: String,
+}
+
+/// The 1-, 5- and 15-minute load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 impl Machine {
@@ -240,6 +251,10 @@ impl Machine {
             format!("module: {} ({})", self.module_path, self.module_build),
             format!("MODULE LIST: {}", self.module_list),
             format!("workspace: {}", self.workspace_head),
+            format!(
+                "load average (1/5/15 min): {} at the start, {} at the end",
+                self.load_start, self.load_end
+            ),
         ]
     }
 }
@@ -431,6 +446,8 @@ fn machine_info(conn: &mut redis::Connection) -> Machine {
         module_list,
         workspace_head,
         date: sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_default(),
+        load_start: loadavg(),
+        load_end: String::new(),
     }
 }
 
@@ -529,7 +546,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         .enable_all()
         .build()?;
     let mut notes = Vec::new();
-    let machine = {
+    let mut machine = {
         let mut c = server.client().get_connection()?;
         let m = machine_info(&mut c);
         let mc: i64 = redis::cmd("CONFIG")
@@ -615,6 +632,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
     );
     notes.push("module waiting = `WAIT ms` parked in the server, one connection per waiter".into());
     drop(server);
+    machine.load_end = loadavg();
     let mode = match cfg.mode {
         Mode::Smoke => "smoke".to_string(),
         Mode::Full { scale: 1.0 } => "full".to_string(),

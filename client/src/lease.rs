@@ -146,6 +146,16 @@ impl LeaseTiming {
                 "ttl must be at least 1 ms".into(),
             ));
         }
+        if self.renew_every < Duration::from_millis(1)
+            || self.renew_every + self.margin() >= self.ttl
+        {
+            return Err(crate::Error::InvalidArgument(format!(
+                "renew_every {:?} must be at least 1 ms and leave the drift margin {:?} of the ttl {:?}",
+                self.renew_every,
+                self.margin(),
+                self.ttl
+            )));
+        }
         if self.margin() >= self.ttl {
             return Err(crate::Error::InvalidArgument(format!(
                 "the drift margin {:?} leaves nothing of the ttl {:?}",
@@ -250,5 +260,29 @@ pub(crate) async fn wait_lost(rx: &mut watch::Receiver<LeaseStatus>) -> LeaseSta
             }
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_checks() {
+        assert!(LeaseTiming::new(Duration::from_secs(1)).check().is_ok());
+        assert!(LeaseTiming::new(Duration::ZERO).check().is_err());
+        assert!(LeaseTiming::new(Duration::from_millis(2)).check().is_err());
+        let mut t = LeaseTiming::new(Duration::from_secs(1));
+        t.renew_every = Duration::ZERO;
+        assert!(t.check().is_err());
+        t.renew_every = Duration::from_millis(995);
+        assert!(t.check().is_err());
+    }
+
+    #[test]
+    fn validity_bound_is_send_time_plus_ttl_minus_margin() {
+        let t = LeaseTiming::new(Duration::from_millis(1_000));
+        let sent = Instant::now();
+        assert_eq!(t.valid_until(sent), sent + Duration::from_millis(988));
     }
 }

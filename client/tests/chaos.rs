@@ -1,6 +1,7 @@
 //! Chaos: `redis-lease lock` processes contend for one write lock for a bounded time while a
-//! monkey `kill -9`s some of them (their commands live on as orphans with a stale token) and
-//! drops connections with `CLIENT KILL`. Every critical section writes its fencing token to a
+//! monkey `kill -9`s some of them, freezes some (SIGSTOP for longer than the lease, like a GC
+//! pause: the command they run goes on writing with a token that has become stale) and drops
+//! connections with `CLIENT KILL`. Every critical section writes its fencing token to a
 //! resource (a plain redis-server) that refuses tokens lower than the highest it accepted.
 //! Afterwards: no stale write was accepted, no two accepted sections interleave, and no token
 //! was handed to two sections.
@@ -25,9 +26,9 @@ redis.call('RPUSH', 'accepted', ARGV[1] .. ' ' .. ARGV[2])
 return 1
 "#;
 
-fn spawn_worker(lock: &Server, res_port: u16, sha: &str) -> Child {
+fn spawn_worker(lock: &Server, res_port: u16, sha: &str, owner: &str) -> Child {
     // Two fenced writes per section, 0.1-0.7 s apart (longer than the 400 ms lease, which the
-    // CLI renews; an orphaned section outlives it); $$ names the section.
+    // CLI renews; a section whose CLI is frozen outlives it); $$ names the section.
     let section = format!(
         "R='redis-cli -p {res_port}'; \
          $R EVALSHA {sha} 1 fence $REDIS_LEASE_TOKEN $$:begin >/dev/null; \
@@ -44,12 +45,36 @@ fn spawn_worker(lock: &Server, res_port: u16, sha: &str) -> Child {
             "--wait",
             "4000",
         ])
+        .args(["--owner", owner])
         .args(["--grace", "100", "chaos", "--", "bash", "-c", &section])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn redis-lease")
+}
+
+/// The owner holding `key`, from RWLOCK.INFO.
+fn holder_of(conn: &mut redis::Connection, key: &str) -> Option<String> {
+    let v: redis::Value = redis::cmd("RWLOCK.INFO").arg(key).query(conn).ok()?;
+    let redis::Value::Array(fields) = v else {
+        return None;
+    };
+    let holders = fields
+        .chunks(2)
+        .find(|p| p[0] == redis::Value::BulkString(b"holders".to_vec()))?;
+    let redis::Value::Array(hs) = &holders[1] else {
+        return None;
+    };
+    let redis::Value::Array(first) = hs.first()? else {
+        return None;
+    };
+    first.chunks(2).find_map(|kv| match (&kv[0], &kv[1]) {
+        (redis::Value::BulkString(k), redis::Value::BulkString(o)) if k == b"owner" => {
+            String::from_utf8(o.clone()).ok()
+        }
+        _ => None,
+    })
 }
 
 #[test]
@@ -68,24 +93,53 @@ fn no_stale_write_is_accepted_and_no_sections_overlap_under_chaos() {
     let mut admin = lock.conn();
 
     let mut rng = rand::rng();
-    let mut workers: Vec<Child> = Vec::new();
-    let (mut started, mut killed9, mut conn_kills) = (0, 0, 0);
-    let end = Instant::now() + Duration::from_secs(12);
+    let mut workers: Vec<(String, Child)> = Vec::new();
+    let (mut started, mut killed9, mut conn_kills, mut frozen) = (0, 0, 0, 0);
+    let mut paused: Vec<(u32, Instant)> = Vec::new();
+    let end = Instant::now() + Duration::from_secs(15);
     while Instant::now() < end {
-        workers.retain_mut(|c| c.try_wait().map(|s| s.is_none()).unwrap_or(false));
+        let now = Instant::now();
+        paused.retain(|(pid, until)| {
+            if *until > now {
+                return true;
+            }
+            unsafe { libc::kill(*pid as i32, libc::SIGCONT) };
+            false
+        });
+        workers.retain_mut(|(_, c)| c.try_wait().map(|s| s.is_none()).unwrap_or(false));
         while workers.len() < 4 {
-            workers.push(spawn_worker(&lock, resource.port, &sha));
+            let owner = format!("worker-{started}");
+            workers.push((
+                owner.clone(),
+                spawn_worker(&lock, resource.port, &sha, &owner),
+            ));
             started += 1;
         }
         match rng.random_range(0..10) {
-            0..=2 if !workers.is_empty() => {
+            0 if !workers.is_empty() => {
                 let i = rng.random_range(0..workers.len());
-                let mut victim = workers.swap_remove(i);
-                let _ = victim.kill(); // SIGKILL: its section lives on as an orphan
-                let _ = victim.wait();
-                killed9 += 1;
+                if !paused.iter().any(|(pid, _)| *pid == workers[i].1.id()) {
+                    let (_, mut victim) = workers.swap_remove(i);
+                    let _ = victim.kill(); // SIGKILL: its command dies with it
+                    let _ = victim.wait();
+                    killed9 += 1;
+                }
             }
-            3..=4 => {
+            1 => {
+                // Freeze the holder past its lease; the command it runs goes on.
+                let holder = holder_of(&mut admin, "chaos");
+                let found = workers.iter().find(|(o, _)| Some(o) == holder.as_ref());
+                if let Some((_, w)) = found {
+                    let pid = w.id();
+                    if !paused.iter().any(|(p, _)| *p == pid) {
+                        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+                        let pause = Duration::from_millis(rng.random_range(600..900));
+                        paused.push((pid, Instant::now() + pause));
+                        frozen += 1;
+                    }
+                }
+            }
+            2 => {
                 let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
                     .arg("KILL")
                     .arg("TYPE")
@@ -99,9 +153,12 @@ fn no_stale_write_is_accepted_and_no_sections_overlap_under_chaos() {
         }
         sleep(Duration::from_millis(120));
     }
-    // Let the survivors and orphans finish (bounded), then stop whatever is left.
+    for (pid, _) in paused.drain(..) {
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+    // Let the survivors finish (bounded), then stop whatever is left.
     let deadline = Instant::now() + Duration::from_secs(15);
-    for mut w in workers {
+    for (_, mut w) in workers {
         while w.try_wait().map(|s| s.is_none()).unwrap_or(false) && Instant::now() < deadline {
             sleep(Duration::from_millis(20));
         }
@@ -166,7 +223,8 @@ fn no_stale_write_is_accepted_and_no_sections_overlap_under_chaos() {
         }
     }
     println!(
-        "chaos: {started} lock processes, {killed9} killed with SIGKILL, {conn_kills} rounds of CLIENT KILL; \
+        "chaos: {started} lock processes, {killed9} killed with SIGKILL, {frozen} frozen past their lease, \
+         {conn_kills} rounds of CLIENT KILL; \
          {} fenced writes accepted ({completed} complete sections), {} stale writes rejected, \
          {stale_accepted} stale writes accepted, {overlaps} overlapping sections, {shared_tokens} shared tokens",
         entries.len(),
@@ -176,7 +234,10 @@ fn no_stale_write_is_accepted_and_no_sections_overlap_under_chaos() {
         completed >= 8,
         "the lock changed hands often enough to mean something"
     );
-    assert!(killed9 >= 5 && conn_kills >= 5, "the monkey did its work");
+    assert!(
+        killed9 >= 3 && frozen >= 3 && conn_kills >= 3,
+        "the monkey did its work"
+    );
     assert_eq!(stale_accepted, 0);
     assert_eq!(overlaps, 0);
     assert_eq!(shared_tokens, 0);

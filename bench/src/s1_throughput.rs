@@ -203,9 +203,17 @@ pub fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
         Variant::Lock(Imp::Baseline, Mode::Write),
     ];
     let mut results: Vec<Result<Vec<Measured>, String>> = vec![Ok(Vec::new()); variants.len()];
+    // For profiling one variant: REDIS_LEASE_BENCH_S1=floor|module-read|module-write|
+    // baseline-read|baseline-write runs only that one.
+    let only = std::env::var("REDIS_LEASE_BENCH_S1").ok();
+    let name = |v: &Variant| match v {
+        Variant::Floor => "floor".to_string(),
+        Variant::Lock(imp, Mode::Read) => format!("{}-read", imp.name()),
+        Variant::Lock(imp, Mode::Write) => format!("{}-write", imp.name()),
+    };
     for _round in 0..st.s1_rounds {
         for (i, v) in variants.iter().enumerate() {
-            if results[i].is_err() {
+            if results[i].is_err() || only.as_ref().is_some_and(|o| *o != name(v)) {
                 continue;
             }
             // A short warm-up, not measured, then the measured run.

@@ -100,6 +100,10 @@ fn timeout_error(what: &'static str) -> RedisError {
 
 impl Connector {
     /// The default for [`Connector::command_timeout`]: 2 seconds.
+    ///
+    /// ```
+    /// assert_eq!(redis_lease_client::Connector::DEFAULT_COMMAND_TIMEOUT.as_secs(), 2);
+    /// ```
     pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
     /// Connects to one server given by a URL (`redis://[user:pass@]host:port/db`), with

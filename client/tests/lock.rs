@@ -377,3 +377,25 @@ async fn a_grant_whose_reply_was_lost_is_adopted_not_duplicated() {
         .unwrap();
     assert_eq!(exists, 0, "nothing left behind");
 }
+
+#[tokio::test]
+async fn a_waiter_whose_key_is_deleted_gets_lock_gone() {
+    let s = server();
+    let conn = connector(&s).await;
+    let lock = RwLock::new(&conn, "lock:gone").with_options(opts(5_000));
+    let _held = lock.write().await.unwrap();
+    let l2 = lock.clone();
+    let waiter = tokio::spawn(async move { l2.write_timeout(Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut c = raw(&s).await;
+    let _: i64 = c.del("lock:gone").await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("answered at once")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(err, redis_lease_client::Error::LockGone(_)),
+        "{err}"
+    );
+}

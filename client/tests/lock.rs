@@ -399,3 +399,43 @@ async fn a_waiter_whose_key_is_deleted_gets_lock_gone() {
         "{err}"
     );
 }
+
+/// Like a client that reaches a demoted master during a failover: READONLY is retried until the
+/// server accepts writes again (within the caller's deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_is_retried_until_the_server_is_promoted() {
+    let s = server();
+    let conn = connector(&s).await;
+    let lock = RwLock::new(&conn, "lock:ro").with_options(opts(5_000));
+    let mut c = raw(&s).await;
+    // A replica of a master that does not exist (a free loopback port): read-only.
+    let nowhere = redis_lease_testkit::free_port().to_string();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&nowhere)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let promote = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    });
+    let t = Instant::now();
+    let g = lock
+        .write_timeout(Duration::from_secs(10))
+        .await
+        .expect("READONLY retried")
+        .expect("granted after the promotion");
+    assert!(
+        t.elapsed() >= Duration::from_millis(700),
+        "{:?}",
+        t.elapsed()
+    );
+    promote.await.unwrap();
+    assert!(g.release().await.unwrap());
+}

@@ -169,8 +169,14 @@ fn blocking_election() {
             .term,
         term
     );
+    let mut obs = client
+        .observe("election:blocking", Default::default())
+        .unwrap();
+    assert_eq!(obs.current().unwrap().candidate, "a");
     assert!(!a.wait_lost(Duration::from_millis(1_500)), "renewed");
     assert!(a.resign().unwrap());
+    let change = obs.next_change(Duration::from_secs(5)).unwrap();
+    assert_eq!(change, Some(None), "the observer saw the resignation");
     assert!(client
         .current_leader("election:blocking")
         .unwrap()

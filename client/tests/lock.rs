@@ -439,3 +439,25 @@ async fn readonly_is_retried_until_the_server_is_promoted() {
     promote.await.unwrap();
     assert!(g.release().await.unwrap());
 }
+
+#[tokio::test]
+async fn works_over_a_callers_connection_manager() {
+    let s = server();
+    let client = s.client();
+    let manager = client.get_connection_manager().await.unwrap();
+    let conn = redis_lease_client::Connector::from_manager(client, manager);
+    let lock = RwLock::new(&conn, "lock:manager").with_options(opts(2_000));
+    let g = lock.write().await.unwrap();
+    assert!(lock.try_write().await.unwrap().is_none());
+    let l2 = lock.clone();
+    let waiter = tokio::spawn(async move { l2.read_timeout(Duration::from_secs(5)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.release().await.unwrap();
+    let r = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("reader granted on release");
+    assert_eq!(r.mode(), LockMode::Read);
+    r.release().await.unwrap();
+}

@@ -42,6 +42,8 @@ pub enum LockError {
     UpgradeDeadlock,
     /// The key's queue is full.
     TooManyWaiters(usize),
+    /// No token above the highest one seen can be issued (see [`Tokens::MAX`]).
+    TokensExhausted,
 }
 
 impl std::fmt::Display for LockError {
@@ -56,6 +58,9 @@ impl std::fmt::Display for LockError {
                     "ERR too many waiters on this key (lease.max-waiters is {n})"
                 )
             }
+            LockError::TokensExhausted => f.write_str(
+                "ERR no fencing token above the highest one seen can be issued (2^63-1 reached)",
+            ),
         }
     }
 }
@@ -250,7 +255,14 @@ impl Lock {
     }
 
     /// Grants `owner` `mode` (already known admissible) and returns the token.
-    fn grant(&mut self, kind: Kind, op: &mut Op, owner: &[u8], mode: Mode, ttl: u64) -> u64 {
+    fn grant(
+        &mut self,
+        kind: Kind,
+        op: &mut Op,
+        owner: &[u8],
+        mode: Mode,
+        ttl: u64,
+    ) -> Result<u64, LockError> {
         let now = op.env.now;
         let deadline = now.saturating_add(ttl);
         let held = self.holders.get(owner).copied();
@@ -264,12 +276,16 @@ impl Lock {
                         deadline,
                     },
                 );
-                h.token
+                Ok(h.token)
             }
             _ => {
                 let token = match self.admissible(owner, mode) {
                     Some(Some(existing)) => existing,
-                    _ => op.env.tokens.issue(self.last_token, now),
+                    _ => op
+                        .env
+                        .tokens
+                        .issue(self.last_token, now)
+                        .ok_or(LockError::TokensExhausted)?,
                 };
                 // A reentrant grant never shortens the owner's lease.
                 let deadline = held.map_or(deadline, |h| h.deadline.max(deadline));
@@ -282,7 +298,7 @@ impl Lock {
                         token,
                     },
                 );
-                token
+                Ok(token)
             }
         }
     }
@@ -292,6 +308,12 @@ impl Lock {
         loop {
             let Some(q) = self.queue.as_mut() else { return };
             q.skip_dead(op.env.alive);
+            if q.upgrade
+                .as_ref()
+                .is_some_and(|u| self.holders.get(&u.owner).is_none())
+            {
+                q.demote_upgrade();
+            }
             let head = q.upgrade.as_ref().or_else(|| q.fifo.values().next());
             let Some(head) = head else {
                 self.queue = None;
@@ -304,12 +326,36 @@ impl Lock {
                 Some(w) => w,
                 None => q.fifo.pop_first().expect("head exists").1,
             };
-            let token = self.grant(kind, op, &w.owner, w.mode, w.ttl);
+            let Ok(token) = self.grant(kind, op, &w.owner, w.mode, w.ttl) else {
+                // No token left: the waiter goes back in arrival order and will time out.
+                self.queue_mut().fifo.insert(w.id, w);
+                return;
+            };
             op.changes.woken.push(Woken {
                 waiter: w.id,
                 token,
             });
         }
+    }
+
+    /// Whether another current reader already waits for the write lock: as the upgrade
+    /// slot, or as a write request it queued before it became a reader. Two such waits would
+    /// each wait for the other's read hold to end. (Scans the queue; only an upgrade that must
+    /// wait beside other readers gets here.)
+    fn another_upgrade_waits(&mut self, owner: &[u8], op: &mut Op) -> bool {
+        let Some(q) = self.queue.as_mut() else {
+            return false;
+        };
+        q.skip_dead(op.env.alive);
+        let holders = &self.holders;
+        let alive = op.env.alive;
+        let upgrading = |w: &Waiter| {
+            w.mode == Mode::Write
+                && *w.owner != *owner
+                && holders.get(&w.owner).is_some()
+                && alive(w.id)
+        };
+        q.iter().any(upgrading)
     }
 
     fn queue_mut(&mut self) -> &mut Queue {
@@ -337,21 +383,18 @@ impl Lock {
             let upgrade = matches!(held, Some(h) if req.mode == Mode::Write && h.writes == 0);
             if held.is_some() && !upgrade {
                 // Reentrant (or, for an election, a renewal): never queues.
-                return Ok(Acquire::Granted(
-                    lock.grant(kind, op, req.owner, req.mode, req.ttl),
-                ));
+                return lock
+                    .grant(kind, op, req.owner, req.mode, req.ttl)
+                    .map(Acquire::Granted);
             }
             if upgrade {
                 if lock.holders.len() == 1 {
-                    return Ok(Acquire::Granted(
-                        lock.grant(kind, op, req.owner, req.mode, req.ttl),
-                    ));
+                    return lock
+                        .grant(kind, op, req.owner, req.mode, req.ttl)
+                        .map(Acquire::Granted);
                 }
-                if let Some(q) = lock.queue.as_mut() {
-                    q.skip_dead(op.env.alive);
-                    if q.upgrade.is_some() {
-                        return Err(LockError::UpgradeDeadlock);
-                    }
+                if req.wait.is_some() && lock.another_upgrade_waits(req.owner, op) {
+                    return Err(LockError::UpgradeDeadlock);
                 }
             } else {
                 let queued = lock.queue.as_mut().is_some_and(|q| {
@@ -359,9 +402,9 @@ impl Lock {
                     !q.is_empty()
                 });
                 if !queued && lock.admissible(req.owner, req.mode).is_some() {
-                    return Ok(Acquire::Granted(
-                        lock.grant(kind, op, req.owner, req.mode, req.ttl),
-                    ));
+                    return lock
+                        .grant(kind, op, req.owner, req.mode, req.ttl)
+                        .map(Acquire::Granted);
                 }
             }
             let Some(id) = req.wait else {
@@ -377,7 +420,9 @@ impl Lock {
                 ttl: req.ttl,
             };
             let q = lock.queue_mut();
-            if upgrade {
+            // The upgrade slot holds one waiter; a second upgrade request of the same owner
+            // (another connection) waits in arrival order as an ordinary write request.
+            if upgrade && q.upgrade.is_none() {
                 q.upgrade = Some(waiter);
             } else {
                 q.fifo.insert(id, waiter);

@@ -52,6 +52,14 @@ impl Queue {
         }
     }
 
+    /// Puts a waiting upgrade back in arrival order (its owner no longer holds a read lock,
+    /// so it is an ordinary write request and has no right to go first).
+    pub fn demote_upgrade(&mut self) {
+        if let Some(w) = self.upgrade.take() {
+            self.fifo.insert(w.id, w);
+        }
+    }
+
     /// Every waiter, upgrade first, then in arrival order.
     pub fn iter(&self) -> impl Iterator<Item = &Waiter> {
         self.upgrade.iter().chain(self.fifo.values())

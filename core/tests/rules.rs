@@ -449,3 +449,16 @@ fn the_lock_struct_stays_small() {
         std::mem::size_of::<Lock>()
     );
 }
+
+#[test]
+fn a_second_upgrade_request_of_the_same_owner_is_not_lost() {
+    let mut f = Fixture::new();
+    f.r("a").unwrap();
+    f.r("b").unwrap();
+    assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued)); // id 3
+    assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued)); // id 4
+    assert_eq!(f.lock.0.waiter_count(), 2);
+    f.unlock("b");
+    // The upgrade, then the same owner's reentrant write.
+    assert_eq!(f.woken_ids(), vec![3, 4]);
+}

@@ -4,7 +4,8 @@
 //!
 //! Ops: `GRANT owner read|write deadline token`, `RELEASE owner`, `DROP owner lapse|resign`,
 //! `RENEW owner deadline`, and for AOF rewrites `HOLD owner reads writes deadline token` (a
-//! holder exactly as it is) and `LAST token` (the key's last token).
+//! holder exactly as it is), `LAST token` (the key's last token) and `HIGH token` (the
+//! server-wide token high-water mark, so that an AOF without an RDB preamble keeps it too).
 
 use redis_lease_core::{DropReason, Effect, Election, Hold, Mode, RwLock};
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
@@ -19,6 +20,7 @@ pub enum Op {
     Effect(Effect),
     Hold(Box<[u8]>, Hold),
     Last(u64),
+    High(u64),
 }
 
 fn bad(what: &str) -> String {
@@ -99,6 +101,7 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
                 (Op::Hold(owner(a(1))?, hold), 6)
             }
             b"LAST" => (Op::Last(number(a(1), "token")?), 2),
+            b"HIGH" => (Op::High(number(a(1), "token")?), 2),
             _ => return Err(bad("unknown op")),
         };
         ops.push(parsed);
@@ -133,6 +136,7 @@ fn apply_to<V: LeaseValue>(ctx: &Context, name: &RedisString, ops: Vec<Op>) -> R
                 tokens.observe(t);
                 v.lock_mut().observe_token(t);
             }
+            Op::High(t) => tokens.observe(t),
         }
     }
     state::with(|s| s.tokens = tokens);
@@ -184,13 +188,14 @@ mod tests {
     #[test]
     fn parses_every_op_and_rejects_bad_ones() {
         let args: Vec<&[u8]> =
-            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 HOLD d 2 1 30 9 LAST 11"
+            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 HOLD d 2 1 30 9 LAST 11 HIGH 12"
                 .split(' ')
                 .map(str::as_bytes)
                 .collect();
         let ops = parse_ops(&args).unwrap();
-        assert_eq!(ops.len(), 6);
+        assert_eq!(ops.len(), 7);
         assert_eq!(ops[5], Op::Last(11));
+        assert_eq!(ops[6], Op::High(12));
         for bad in [
             "GRANT a read 10",
             "GRANT a sideways 10 7",

@@ -1,9 +1,14 @@
 //! Server events the module reacts to: a flush answers the waiters of the flushed keys, a
-//! promotion to master looks at every key again (a replica lets its wake-ups go).
+//! promotion to master looks at every key again (a replica lets its wake-ups go), and a key
+//! renamed or moved to another db gets its wake-up under its new name.
 
 use std::os::raw::c_void;
 
-use redis_module::{raw, Context, Status};
+use redis_lease_core::{Election, RwLock};
+use redis_module::{raw, Context, NotifyEvent, RedisString, Status};
+
+use crate::key::{Found, Key};
+use crate::types::LeaseValue;
 
 fn subscribe(ctx: &Context, id: u64, cb: raw::RedisModuleEventCallback) -> Status {
     let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -52,4 +57,33 @@ extern "C" fn on_role(
         let ctx = Context::new(ctx);
         crate::guard::quietly(|| crate::wakeup::rescan(&ctx));
     }
+}
+
+/// Generic keyspace events: `rename_to` / `move_to` name a key's new place (the context has
+/// its db selected); its pending wake-up still names the old one.
+pub fn on_generic(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[u8]) {
+    if event != "rename_to" && event != "move_to" {
+        return;
+    }
+    crate::guard::quietly(|| {
+        let name = RedisString::create_from_slice(ctx.ctx, key);
+        let Some(k) = Key::open_str(ctx.ctx, &name) else {
+            return;
+        };
+        let db = crate::commands::selected_db(ctx);
+        match k.get::<RwLock>() {
+            Found::Ours(v) => reschedule(db, key, v),
+            _ => {
+                if let Found::Ours(v) = k.get::<Election>() {
+                    reschedule(db, key, v);
+                }
+            }
+        }
+    });
+}
+
+fn reschedule<V: LeaseValue>(db: i32, key: &[u8], v: &mut V) {
+    let lock = v.lock_mut();
+    lock.wakeup = 0;
+    crate::wakeup::remember(db, key, lock);
 }

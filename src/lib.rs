@@ -58,6 +58,9 @@ mod module {
             ["leader.current", commands::current, "readonly fast", 1, 1, 1, ""],
             ["lease.apply", apply::apply, "write", 1, 1, 1, ""],
         ],
+        event_handlers: [
+            [@GENERIC: events::on_generic],
+        ],
         configurations: [
             i64: [
                 ["max-ttl", &MAX_TTL, DEFAULT_MAX_TTL, 1, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],

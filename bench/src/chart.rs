@@ -21,7 +21,7 @@ fn err<E: std::fmt::Debug>(e: E) -> crate::BenchError {
 }
 
 pub fn draw(data: &ChartData, machine: &Machine, path: &Path) -> BenchResult<()> {
-    let root = SVGBackend::new(path, (1500, 560)).into_drawing_area();
+    let root = SVGBackend::new(path, (1400, 980)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (top, body) = root.split_vertically(70);
     top.draw_text(
@@ -40,7 +40,7 @@ pub fn draw(data: &ChartData, machine: &Machine, path: &Path) -> BenchResult<()>
     )
     .map_err(err)?;
     // Legend.
-    let mut x = 900;
+    let mut x = 760;
     for (c, label) in [
         (MODULE, "redis-lease module"),
         (BASELINE, "Lua baseline"),
@@ -53,39 +53,241 @@ pub fn draw(data: &ChartData, machine: &Machine, path: &Path) -> BenchResult<()>
         x += 22 + 8 * label.len() as i32 + 16;
     }
     top.draw(&PathElement::new(
-        vec![(900, 50), (916, 50)],
+        vec![(760, 50), (776, 50)],
         TARGET.stroke_width(3),
     ))
     .map_err(err)?;
-    top.draw_text("target", &(FONT, 14).into_font().color(&BLACK), (922, 43))
+    top.draw_text("target", &(FONT, 14).into_font().color(&BLACK), (782, 43))
         .map_err(err)?;
+    top.draw(&PathElement::new(
+        vec![(860, 42), (860, 58)],
+        BLACK.stroke_width(1),
+    ))
+    .map_err(err)?;
+    top.draw_text(
+        "worst wait (max)",
+        &(FONT, 14).into_font().color(&BLACK),
+        (868, 43),
+    )
+    .map_err(err)?;
 
-    let panels = body.split_evenly((1, 3));
+    let panels = body.split_evenly((2, 2));
     throughput(&panels[0], data)?;
-    let groups: Vec<(String, Val, Val, f64)> = data
+    let groups: Vec<Group> = data
         .s2
         .iter()
-        .map(|(n, m, b, t)| (format!("{n} writers"), m.clone(), b.clone(), *t))
+        .map(|p| Group {
+            label: format!("{} writers", p.writers),
+            vals: p.p99.clone(),
+            whisker: Some(p.max.clone()),
+            target: p.target_ms,
+        })
         .collect();
-    grouped_log(
+    grouped(
         &panels[1],
-        "2: contended hand-off, wait p99 (ms, log)",
+        "2: contended hand-off, wait p99 and max (ms, log)",
         &groups,
+        true,
     )?;
-    let groups: Vec<(String, Val, Val, f64)> = data
+    let groups: Vec<Group> = data
+        .s2
+        .iter()
+        .map(|p| Group {
+            label: format!("{} writers", p.writers),
+            vals: p.fairness.clone(),
+            whisker: None,
+            target: 0.8,
+        })
+        .collect();
+    grouped(
+        &panels[2],
+        "2: contended hand-off, fairness (fewest / most grants per worker)",
+        &groups,
+        false,
+    )?;
+    let groups: Vec<Group> = data
         .s34
         .iter()
         .map(|(l, m, b, t)| {
             let short = if l.starts_with("writer") {
-                "3: writer vs reader flood"
+                "3: writer under reader flood"
             } else {
-                "4: after lease deadline"
+                "4: served after lease deadline"
             };
-            (short.to_string(), m.clone(), b.clone(), *t)
+            Group {
+                label: short.to_string(),
+                vals: [m.clone(), b.clone()],
+                whisker: None,
+                target: *t,
+            }
         })
         .collect();
-    grouped_log(&panels[2], "3, 4: worst-case wait (ms, log)", &groups)?;
+    grouped(&panels[3], "3, 4: worst-case wait (ms, log)", &groups, true)?;
     root.present().map_err(err)?;
+    Ok(())
+}
+
+/// One group of bars: module and baseline.
+pub struct Group {
+    pub label: String,
+    pub vals: [Val; 2],
+    /// A thin line from the bar up to this value (e.g. the max above a p99 bar).
+    pub whisker: Option<[Val; 2]>,
+    pub target: f64,
+}
+
+fn grouped(
+    area: &DrawingArea<SVGBackend, Shift>,
+    title: &str,
+    groups: &[Group],
+    log: bool,
+) -> BenchResult<()> {
+    if log {
+        let vals = groups
+            .iter()
+            .flat_map(|g| {
+                let w = g.whisker.clone().unwrap_or_default();
+                [
+                    g.vals[0].num(),
+                    g.vals[1].num(),
+                    w[0].num(),
+                    w[1].num(),
+                    Some(g.target),
+                ]
+            })
+            .flatten()
+            .filter(|v| *v > 0.0);
+        let (lo, hi) = vals.fold((f64::INFINITY, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let lo = if lo.is_finite() {
+            10f64.powf((lo / 3.0).log10().floor())
+        } else {
+            0.1
+        };
+        let hi = 10f64.powf((hi.max(1.0) * 3.0).log10().ceil());
+        draw_groups(area, title, groups, (lo..hi).log_scale(), lo, hi)
+    } else {
+        draw_groups(area, title, groups, 0f64..1.15, 0.0, 1.15)
+    }
+}
+
+fn draw_groups<Y>(
+    area: &DrawingArea<SVGBackend, Shift>,
+    title: &str,
+    groups: &[Group],
+    y: Y,
+    lo: f64,
+    hi: f64,
+) -> BenchResult<()>
+where
+    Y: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
+    Y::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let n = groups.len().max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FONT, 17))
+        .margin(12)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5f64..n as f64 - 0.5, y)
+        .map_err(err)?;
+    let labels: Vec<String> = groups.iter().map(|g| g.label.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| fmt_num(*y))
+        .label_style((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    for (i, g) in groups.iter().enumerate() {
+        let x = i as f64;
+        for (k, (color, x0)) in [(MODULE, x - 0.38), (BASELINE, x + 0.02)]
+            .into_iter()
+            .enumerate()
+        {
+            let val = &g.vals[k];
+            let x1 = x0 + 0.36;
+            let xm = (x0 + x1) / 2.0;
+            let mut label_at = lo;
+            match val.num() {
+                Some(v) if v > lo => {
+                    let top = v.min(hi);
+                    label_at = top;
+                    chart
+                        .draw_series(std::iter::once(Rectangle::new(
+                            [(x0, lo), (x1, top)],
+                            color.filled(),
+                        )))
+                        .map_err(err)?;
+                }
+                Some(_) => {}
+                None => {
+                    chart
+                        .draw_series(std::iter::once(
+                            EmptyElement::at((x0, lo))
+                                + Text::new("n/a", (2, -16), (FONT, 13).into_font()),
+                        ))
+                        .map_err(err)?;
+                    continue;
+                }
+            }
+            let text = val.render("");
+            if let Some(w) = &g.whisker {
+                if let (Some(top), Some(v)) = (w[k].num(), val.num()) {
+                    if top > v {
+                        let top = top.min(hi);
+                        chart
+                            .draw_series(std::iter::once(PathElement::new(
+                                vec![(xm, v.max(lo)), (xm, top)],
+                                BLACK.stroke_width(1),
+                            )))
+                            .map_err(err)?;
+                        chart
+                            .draw_series(std::iter::once(PathElement::new(
+                                vec![(xm - 0.05, top), (xm + 0.05, top)],
+                                BLACK.stroke_width(1),
+                            )))
+                            .map_err(err)?;
+                        // The max gets its own label where it is well above the bar.
+                        if top >= 3.0 * v.max(lo) {
+                            chart
+                                .draw_series(std::iter::once(
+                                    EmptyElement::at((x0, top))
+                                        + Text::new(
+                                            format!("max {}", w[k].render("")),
+                                            (0, -16),
+                                            (FONT, 12).into_font(),
+                                        ),
+                                ))
+                                .map_err(err)?;
+                        } else {
+                            label_at = top;
+                        }
+                    }
+                }
+            }
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((x0, label_at))
+                        + Text::new(text, (0, -16), (FONT, 12).into_font()),
+                ))
+                .map_err(err)?;
+        }
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x - 0.45, g.target), (x + 0.45, g.target)],
+                TARGET.stroke_width(3),
+            )))
+            .map_err(err)?;
+    }
     Ok(())
 }
 
@@ -182,84 +384,49 @@ fn throughput(area: &DrawingArea<SVGBackend, Shift>, data: &ChartData) -> BenchR
     Ok(())
 }
 
-fn grouped_log(
-    area: &DrawingArea<SVGBackend, Shift>,
-    title: &str,
-    groups: &[(String, Val, Val, f64)],
-) -> BenchResult<()> {
-    let n = groups.len().max(1);
-    let vals = groups
-        .iter()
-        .flat_map(|(_, m, b, t)| [m.num(), b.num(), Some(*t)])
-        .flatten()
-        .filter(|v| *v > 0.0);
-    let (lo, hi) = vals.fold((f64::INFINITY, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let lo = if lo.is_finite() {
-        10f64.powf((lo / 3.0).log10().floor())
-    } else {
-        0.1
-    };
-    let hi = 10f64.powf((hi.max(1.0) * 3.0).log10().ceil());
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 17))
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.5f64..n as f64 - 0.5, (lo..hi).log_scale())
-        .map_err(err)?;
-    let labels: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .y_label_formatter(&|y| fmt_num(*y))
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(err)?;
-    for (i, (_, m, b, t)) in groups.iter().enumerate() {
-        let x = i as f64;
-        for (val, color, x0) in [(m, MODULE, x - 0.38), (b, BASELINE, x + 0.02)] {
-            let x1 = x0 + 0.36;
-            match val.num() {
-                Some(v) if v > 0.0 => {
-                    let top = v.clamp(lo, hi);
-                    chart
-                        .draw_series(std::iter::once(Rectangle::new(
-                            [(x0, lo), (x1, top)],
-                            color.filled(),
-                        )))
-                        .map_err(err)?;
-                    chart
-                        .draw_series(std::iter::once(
-                            EmptyElement::at((x0, top))
-                                + Text::new(val.render(""), (2, -16), (FONT, 13).into_font()),
-                        ))
-                        .map_err(err)?;
-                }
-                _ => {
-                    chart
-                        .draw_series(std::iter::once(
-                            EmptyElement::at((x0, lo))
-                                + Text::new("n/a", (2, -16), (FONT, 13).into_font()),
-                        ))
-                        .map_err(err)?;
-                }
-            }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HandoffPoint;
+
+    /// Draws a chart from made-up figures (set `BENCH_CHART_SAMPLE=path.svg` to keep it).
+    #[test]
+    fn draws_sample_chart() {
+        let mut d = ChartData::default();
+        d.s1 = vec![
+            ("SET NX PX+DEL".into(), Some(480_000.0), 0),
+            ("module RLOCK+UNLOCK".into(), Some(220_000.0), 1),
+            ("baseline RLOCK+UNLOCK".into(), None, 2),
+        ];
+        for (n, mp, bp, bm) in [(2, 2.4, 0.16, 1505.0), (32, 70.0, 3901.0, 3901.0)] {
+            d.s2.push(HandoffPoint {
+                writers: n,
+                p99: [Val::Num(mp), Val::AtLeast(bp)],
+                max: [Val::Num(mp * 1.1), Val::AtLeast(bm)],
+                fairness: [Val::Num(0.98), Val::Num(0.0)],
+                target_ms: n as f64 * 3.0,
+            });
         }
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(x - 0.45, *t), (x + 0.45, *t)],
-                TARGET.stroke_width(3),
-            )))
-            .map_err(err)?;
+        d.s34 = vec![
+            ("writer".into(), Val::Num(19.0), Val::AtLeast(2000.0), 21.0),
+            (
+                "lapse".into(),
+                Val::Text("error: x".into()),
+                Val::Num(104.0),
+                10.0,
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = std::env::var("BENCH_CHART_SAMPLE")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|_| dir.path().join("chart.svg"));
+        draw(&d, &Machine::default(), &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            svg.contains("max ≥ 3,901")
+                || svg.contains("max &#8805; 3,901")
+                || svg.contains("3,901")
+        );
+        assert!(svg.contains("n/a"));
     }
-    Ok(())
 }

@@ -208,10 +208,21 @@ pub fn process_cpu(pid: u32) -> Option<Duration> {
 pub struct ChartData {
     /// Scenario 1: (label, pairs/s, kind: 0 floor, 1 module, 2 baseline).
     pub s1: Vec<(String, Option<f64>, u8)>,
-    /// Scenario 2: (writers, module p99 ms, baseline p99 ms, target ms).
-    pub s2: Vec<(usize, Val, Val, f64)>,
+    /// Scenario 2, one point per writer count.
+    pub s2: Vec<HandoffPoint>,
     /// Scenarios 3 and 4: (label, module ms, baseline ms, target ms).
     pub s34: Vec<(String, Val, Val, f64)>,
+}
+
+/// Scenario 2 at one writer count: [module, baseline] figures.
+#[derive(Clone, Debug, Default)]
+pub struct HandoffPoint {
+    pub writers: usize,
+    pub p99: [Val; 2],
+    pub max: [Val; 2],
+    pub fairness: [Val; 2],
+    /// The p99 target, ms.
+    pub target_ms: f64,
 }
 
 /// Where and on what the run happened.

@@ -3,12 +3,13 @@
 use std::fmt::Write as _;
 
 /// A measured value (or why there is none).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum Val {
     Num(f64),
     /// A lower bound: the measurement hit its time limit (e.g. a waiter never served).
     AtLeast(f64),
     Text(String),
+    #[default]
     Missing,
 }
 

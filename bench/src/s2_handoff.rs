@@ -187,7 +187,12 @@ pub async fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
         rows.push(Row::new(sc, &case, "wait p50", "ms").vals(m, b));
         let limit = n as f64 * (hold_ms + 1.0);
         let (m, b) = pick(&|o| wait_val(o, 99.0));
-        chart.s2.push((n, m.clone(), b.clone(), limit));
+        let mut point = crate::HandoffPoint {
+            writers: n,
+            p99: [m.clone(), b.clone()],
+            target_ms: limit,
+            ..Default::default()
+        };
         rows.push(
             Row::new(sc, &case, "wait p99", "ms")
                 .vals(m, b)
@@ -196,8 +201,11 @@ pub async fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
                 }),
         );
         let (m, b) = pick(&|o| wait_val(o, 100.0));
+        point.max = [m.clone(), b.clone()];
         rows.push(Row::new(sc, &case, "wait max", "ms").vals(m, b));
         let (m, b) = pick(&|o| Val::Num(o.fairness()));
+        point.fairness = [m.clone(), b.clone()];
+        chart.s2.push(point);
         let detail = |r: &Result<Outcome, String>| match r {
             Ok(o) => format!(
                 "{} grants, {} never served, mean hold {:.2} ms",

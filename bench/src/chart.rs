@@ -392,12 +392,14 @@ mod tests {
     /// Draws a chart from made-up figures (set `BENCH_CHART_SAMPLE=path.svg` to keep it).
     #[test]
     fn draws_sample_chart() {
-        let mut d = ChartData::default();
-        d.s1 = vec![
-            ("SET NX PX+DEL".into(), Some(480_000.0), 0),
-            ("module RLOCK+UNLOCK".into(), Some(220_000.0), 1),
-            ("baseline RLOCK+UNLOCK".into(), None, 2),
-        ];
+        let mut d = ChartData {
+            s1: vec![
+                ("SET NX PX+DEL".into(), Some(480_000.0), 0),
+                ("module RLOCK+UNLOCK".into(), Some(220_000.0), 1),
+                ("baseline RLOCK+UNLOCK".into(), None, 2),
+            ],
+            ..Default::default()
+        };
         for (n, mp, bp, bm) in [(2, 2.4, 0.16, 1505.0), (32, 70.0, 3901.0, 3901.0)] {
             d.s2.push(HandoffPoint {
                 writers: n,

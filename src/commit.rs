@@ -137,6 +137,23 @@ fn count(kind: Kind, effects: &[Effect]) {
     });
 }
 
+/// Lapsed leases at `verbose`: a holder that stopped renewing is worth a line when debugging.
+fn log_lapses(place: &Place, effects: &[Effect]) {
+    for e in effects {
+        if let Effect::Drop {
+            owner,
+            reason: DropReason::Lapse,
+        } = e
+        {
+            place.ctx.log_verbose(&format!(
+                "lease: the lease of '{}' on '{}' lapsed",
+                String::from_utf8_lossy(owner),
+                String::from_utf8_lossy(place.name.as_slice())
+            ));
+        }
+    }
+}
+
 /// Makes Redis agree with `changes`, made on `v` (which lives in `place.key`).
 /// `replicate`: this server decided them (a master), so it replicates and counts them.
 /// `holders_before`: `v`'s holder count before the operation (for the INFO gauge).
@@ -155,6 +172,7 @@ pub fn commit<V: LeaseValue>(
             let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
             place.ctx.replicate("LEASE.APPLY", refs.as_slice());
             count(V::KIND, &changes.effects);
+            log_lapses(place, &changes.effects);
         }
         for e in &changes.effects {
             if let Some(ev) = event(V::KIND, e) {
@@ -170,6 +188,11 @@ pub fn commit<V: LeaseValue>(
     settle(place, v);
 }
 
+/// How long after its last deadline a key expires by itself. The module's own timer fires at the
+/// deadline (re-arming at once if the clock reads a hair early) and announces the lapse; this
+/// slack keeps Redis's expiry cycle from deleting the key silently in that same moment.
+pub const EXPIRE_SLACK_MS: u64 = 20;
+
 /// Deletes the key when nothing is held or awaited; else sets its expiry to the last lease
 /// deadline (none while clients wait: the wake-up timer serves them) and its wake-up time to
 /// the first deadline.
@@ -184,6 +207,7 @@ pub fn settle<V: LeaseValue>(place: &Place, v: &mut V) {
         None
     } else {
         lock.last_deadline()
+            .map(|d| d.saturating_add(EXPIRE_SLACK_MS))
     };
     place.key.expire_at(expire);
     crate::wakeup::remember(place.db, place.name.as_slice(), lock);

@@ -3,16 +3,21 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{RedisError, RedisResult};
+use redis_module::{logging, RedisError, RedisResult};
 
 pub const INTERNAL: &str = "ERR internal error in the lease module (a bug; please report it)";
 
-/// Runs a command handler; a panic becomes an error reply.
+/// Runs a command handler; a panic becomes an error reply (and a warning in the log).
 pub fn command(f: impl FnOnce() -> RedisResult) -> RedisResult {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(Err(RedisError::Str(INTERNAL)))
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        logging::log_warning("lease: a command handler panicked; it answered an error");
+        Err(RedisError::Str(INTERNAL))
+    })
 }
 
-/// Runs a callback that has nobody to answer; a panic is swallowed.
+/// Runs a callback that has nobody to answer; a panic is logged as a warning and swallowed.
 pub fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
-    catch_unwind(AssertUnwindSafe(f)).ok()
+    catch_unwind(AssertUnwindSafe(f))
+        .map_err(|_| logging::log_warning("lease: a callback panicked; it was abandoned"))
+        .ok()
 }

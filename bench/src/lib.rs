@@ -297,6 +297,11 @@ impl Report {
             self.mode, self.rtt_us, self.settings
         ));
         s.push_str(&report::text_table(&self.rows));
+        s.push('\n');
+        for l in report::target_summary(&self.rows) {
+            s.push_str(&l);
+            s.push('\n');
+        }
         if !self.notes.is_empty() {
             s.push_str("\nnotes:\n");
             for n in &self.notes {
@@ -318,6 +323,17 @@ impl Report {
             self.mode, self.rtt_us, self.settings
         ));
         s.push_str(&report::markdown_table(&self.rows));
+        let summary = report::target_summary(&self.rows);
+        if let Some((head, rest)) = summary.split_first() {
+            s.push_str(&format!(
+                "\n{}{}:\n\n",
+                head[..1].to_uppercase(),
+                &head[1..]
+            ));
+            for l in rest {
+                s.push_str(&format!("- {l}\n"));
+            }
+        }
         if !self.notes.is_empty() {
             s.push_str("\nNotes:\n\n");
             for n in &self.notes {

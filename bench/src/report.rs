@@ -100,6 +100,9 @@ pub struct Row {
     pub module_met: Option<bool>,
     pub baseline_met: Option<bool>,
     pub note: String,
+    /// A reference figure that belongs to neither implementation (the `SET NX PX` floor): its
+    /// value is in `module`, and the CSV names it `floor`.
+    pub reference: bool,
 }
 
 impl Row {
@@ -115,7 +118,14 @@ impl Row {
             module_met: None,
             baseline_met: None,
             note: String::new(),
+            reference: false,
         }
+    }
+
+    /// Marks the row as a reference figure (see `reference`).
+    pub fn reference(mut self) -> Row {
+        self.reference = true;
+        self
     }
 
     pub fn vals(mut self, module: Val, baseline: Val) -> Row {
@@ -257,10 +267,15 @@ pub fn csv(rows: &[Row]) -> String {
     let mut out =
         String::from("scenario,case,metric,unit,implementation,value,target,target_met,note\n");
     for r in rows {
-        for (imp, v, m) in [
-            ("module", &r.module, r.module_met),
-            ("baseline", &r.baseline, r.baseline_met),
-        ] {
+        let imps = if r.reference {
+            vec![("floor", &r.module, r.module_met)]
+        } else {
+            vec![
+                ("module", &r.module, r.module_met),
+                ("baseline", &r.baseline, r.baseline_met),
+            ]
+        };
+        for (imp, v, m) in imps {
             if *v == Val::Missing {
                 continue;
             }
@@ -279,6 +294,32 @@ pub fn csv(rows: &[Row]) -> String {
             out.push_str(&f.join(","));
             out.push('\n');
         }
+    }
+    out
+}
+
+/// Which targets the module meets: a summary line and one line per target.
+pub fn target_summary(rows: &[Row]) -> Vec<String> {
+    let judged: Vec<&Row> = rows.iter().filter(|r| r.module_met.is_some()).collect();
+    let met = judged.iter().filter(|r| r.module_met == Some(true)).count();
+    let mut out = vec![format!(
+        "targets met by the module: {met} of {}",
+        judged.len()
+    )];
+    for r in judged {
+        out.push(format!(
+            "{} {}: {} / {}: {} (target {})",
+            if r.module_met == Some(true) {
+                "met   "
+            } else {
+                "MISSED"
+            },
+            r.scenario,
+            r.case,
+            r.metric,
+            r.module.render(&r.unit),
+            r.target
+        ));
     }
     out
 }

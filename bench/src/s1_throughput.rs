@@ -251,9 +251,11 @@ pub fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
     let mut rows = vec![
         Row::new(sc, "SET NX PX + DEL (floor)", "pairs/s", "")
             .vals(floor.clone(), Val::Text("(same server, same run)".into()))
-            .note(setup),
+            .note(setup)
+            .reference(),
         Row::new(sc, "SET NX PX + DEL (floor)", "server CPU per pair", "µs")
             .vals(cpu(0), Val::Missing)
+            .reference()
             .note(format!(
                 "busy: server {}, load generator {}",
                 pct(busy(0)),

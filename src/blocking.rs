@@ -15,9 +15,12 @@ use crate::state::{self, WaiterRec};
 enum Wake {
     Token(u64),
     Gone,
+    Demoted,
 }
 
 pub const GONE: &str = "LOCKGONE the key was deleted, renamed or flushed while this request waited";
+pub const DEMOTED: &str =
+    "READONLY this server became a replica while the request waited: retry on the master";
 
 /// A fresh waiter id (ids grow with arrival, which is the queue's order).
 pub fn next_id() -> u64 {
@@ -87,17 +90,28 @@ pub fn answer_gone(id: u64) {
     unblock(id, Wake::Gone);
 }
 
-/// FLUSHDB / FLUSHALL: answer every waiter of `db` (-1: of every db).
-pub fn answer_all_gone(db: i32) {
-    let ids: Vec<u64> = state::with(|s| {
+fn waiters_of(db: i32) -> Vec<u64> {
+    state::with(|s| {
         s.waiters
             .iter()
             .filter(|(_, r)| db == -1 || r.db == db)
             .map(|(id, _)| *id)
             .collect()
-    });
-    for id in ids {
+    })
+}
+
+/// FLUSHDB / FLUSHALL: answer every waiter of `db` (-1: of every db).
+pub fn answer_all_gone(db: i32) {
+    for id in waiters_of(db) {
         answer_gone(id);
+    }
+}
+
+/// This master became a replica: only its new master can grant, so answer every waiter at
+/// once (READONLY, which clients retry) instead of letting them wait out their timeout.
+pub fn answer_all_demoted() {
+    for id in waiters_of(-1) {
+        unblock(id, Wake::Demoted);
     }
 }
 
@@ -131,6 +145,10 @@ extern "C" fn on_reply(
             }
             Some(Wake::Gone) => {
                 let msg = std::ffi::CString::new(GONE).expect("no nul");
+                raw::RedisModule_ReplyWithError.unwrap()(ctx, msg.as_ptr());
+            }
+            Some(Wake::Demoted) => {
+                let msg = std::ffi::CString::new(DEMOTED).expect("no nul");
                 raw::RedisModule_ReplyWithError.unwrap()(ctx, msg.as_ptr());
             }
             None => {

@@ -1,5 +1,6 @@
 //! Server events the module reacts to: a flush answers the waiters of the flushed keys, a
-//! promotion to master looks at every key again (a replica lets its wake-ups go), and a key
+//! promotion to master looks at every key again (a replica lets its wake-ups go), a demotion
+//! answers the waiters (only the new master can grant), and a key
 //! renamed or moved to another db gets its wake-up under its new name.
 
 use std::os::raw::c_void;
@@ -56,6 +57,8 @@ extern "C" fn on_role(
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
         let ctx = Context::new(ctx);
         crate::guard::quietly(|| crate::wakeup::rescan(&ctx));
+    } else {
+        crate::guard::quietly(crate::blocking::answer_all_demoted);
     }
 }
 

@@ -3,145 +3,21 @@
 //! slot (MIGRATE), and a master failed over to its replica, through a cluster-aware client.
 
 use std::collections::HashSet;
-use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterConnection};
-use redis::{Connection, Value};
-use redis_lease_testkit::{Options, Server};
+use redis::Value;
+use redis_lease_testkit::cluster::{cluster_nodes, Cluster};
 
-struct Cluster {
-    nodes: Vec<Server>,
-}
-
-fn until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        sleep(Duration::from_millis(100));
-    }
-}
-
-fn info_field(conn: &mut Connection, section: &str, field: &str) -> String {
-    let text: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or("")
-        .trim()
-        .to_string()
-}
-
-/// One line of CLUSTER NODES: (id, port, is_master, master_id, slots).
-struct NodeLine {
-    id: String,
-    port: u16,
-    master: bool,
-    master_id: String,
-    slots: Vec<(u16, u16)>,
-}
-
-fn cluster_nodes(conn: &mut Connection) -> Vec<NodeLine> {
-    let text: String = redis::cmd("CLUSTER").arg("NODES").query(conn).unwrap();
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let port = f[1]
-                .split('@')
-                .next()
-                .unwrap()
-                .rsplit(':')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            let slots = f[8..]
-                .iter()
-                .filter(|s| !s.starts_with('['))
-                .map(|s| match s.split_once('-') {
-                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
-                    None => (s.parse().unwrap(), s.parse().unwrap()),
-                })
-                .collect();
-            NodeLine {
-                id: f[0].to_string(),
-                port,
-                master: f[2].contains("master"),
-                master_id: f[3].to_string(),
-                slots,
-            }
-        })
-        .collect()
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let opts = Options::default()
-            .arg("cluster-enabled", "yes")
-            .arg("cluster-config-file", "nodes.conf")
-            .arg("cluster-node-timeout", "3000")
-            .arg("appendonly", "no");
-        let nodes: Vec<Server> = (0..6).map(|_| Server::with(opts.clone())).collect();
-        let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
-        for n in &nodes {
-            create.arg(format!("127.0.0.1:{}", n.port));
-        }
-        let out = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let c = Cluster { nodes };
-        for n in &c.nodes {
-            let mut conn = n.conn();
-            until(Duration::from_secs(30), "cluster_state:ok", || {
-                info_cluster_ok(&mut conn)
-            });
-        }
-        c
-    }
-
-    fn client(&self) -> ClusterConnection {
-        let urls: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
-        ClusterClient::builder(urls)
-            .response_timeout(Duration::from_secs(10))
-            .retries(8)
-            .build()
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-
-    fn node(&self, port: u16) -> &Server {
-        self.nodes.iter().find(|n| n.port == port).unwrap()
-    }
-
-    fn owner_of(&self, key: &str) -> NodeLine {
-        let mut conn = self.nodes[0].conn();
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut conn)
-            .unwrap();
-        cluster_nodes(&mut conn)
-            .into_iter()
-            .find(|n| n.master && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
-            .unwrap()
-    }
-}
-
-fn info_cluster_ok(conn: &mut Connection) -> bool {
-    let text: String = redis::cmd("CLUSTER")
-        .arg("INFO")
-        .query(conn)
-        .unwrap_or_default();
-    text.contains("cluster_state:ok")
+fn client(cluster: &Cluster) -> ClusterConnection {
+    ClusterClient::builder(cluster.urls())
+        .response_timeout(Duration::from_secs(10))
+        .retries(8)
+        .build()
+        .unwrap()
+        .get_connection()
+        .unwrap()
 }
 
 fn token(v: Value) -> Option<i64> {
@@ -184,7 +60,7 @@ fn holders(conn: &mut ClusterConnection, key: &str) -> Vec<(String, i64)> {
 #[test]
 fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
     let cluster = Cluster::start();
-    let mut c = cluster.client();
+    let mut c = client(&cluster);
 
     // Keys over every master.
     let mut masters = HashSet::new();
@@ -237,7 +113,7 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
     )
     .unwrap();
     let waiter = {
-        let mut c2 = cluster.client();
+        let mut c2 = client(&cluster);
         std::thread::spawn(move || {
             let start = Instant::now();
             let t: Value = redis::cmd("RWLOCK.WLOCK")
@@ -373,29 +249,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
             .unwrap(),
     )
     .unwrap();
-    let master = cluster.owner_of(key);
-    let mut mconn = cluster.node(master.port).conn();
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query(&mut mconn)
-        .unwrap();
-    assert_eq!(acked, 1, "the replica has the grant");
-    let replica = cluster_nodes(&mut mconn)
-        .into_iter()
-        .find(|n| !n.master && n.master_id == master.id)
-        .unwrap();
-    let mut rconn = cluster.node(replica.port).conn();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut rconn)
-        .unwrap();
-    until(Duration::from_secs(30), "the replica to take over", || {
-        info_field(&mut rconn, "replication", "role") == "master"
-    });
-    until(Duration::from_secs(30), "the cluster to agree", || {
-        cluster.owner_of(key).id == replica.id
-    });
+    let replica = cluster.fail_over(key);
+    assert_eq!(cluster.owner_of(key).id, replica.id);
     assert_eq!(holders(&mut c, key), vec![("survivor".to_string(), t)]);
     let busy: Value = redis::cmd("RWLOCK.WLOCK")
         .arg(key)

@@ -5,7 +5,7 @@ use std::time::Duration;
 /// Everything that can go wrong in this crate.
 ///
 /// Transient failures (a lost connection, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`,
-/// `READONLY` after a failover, a reply that did not come in time) are retried inside the
+/// `READONLY` or `UNBLOCKED` after a failover, a reply that did not come in time) are retried inside the
 /// crate with exponential backoff and full jitter; they only reach the caller as
 /// [`Error::Unavailable`] once the caller's deadline (or the retry budget of
 /// [`RetryPolicy`](crate::RetryPolicy)) has run out.

@@ -87,6 +87,15 @@ pub(crate) fn classify(err: RedisError) -> Failure {
                 uncertain: false,
                 err,
             },
+            // A master demoted to replica (a failover) unblocks its waiters; they were not
+            // granted there, so ask again (the new master will answer). An operator's
+            // CLIENT UNBLOCK ... ERROR stays an error.
+            Some("UNBLOCKED") if err.to_string().contains("instance state changed") => {
+                Failure::Transient {
+                    uncertain: false,
+                    err,
+                }
+            }
             _ => Failure::Fatal(Error::Redis(err)),
         },
         _ => Failure::Fatal(Error::Redis(err)),

@@ -5,6 +5,8 @@
 //! `valkey-server` works too); `REDIS_LEASE_MODULE` the module (default: the workspace's
 //! `target/release/libredis_lease.so`, which `make` builds).
 
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

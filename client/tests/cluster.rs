@@ -1,0 +1,81 @@
+//! The client crate on a real Redis Cluster (3 masters, 3 replicas, the module on every node):
+//! locks over every master, and a master failed over to its replica while a guard is held and
+//! a writer waits. The guard's watchdog keeps renewing through the failover, the waiter is
+//! served by the new master, and an elector keeps its leadership.
+
+mod common;
+
+use std::time::Duration;
+
+use common::opts;
+use redis_lease_client::{Connector, LeaderElector, LeaseStatus, RwLock};
+use redis_lease_testkit::cluster::Cluster;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_carries_on_through_a_cluster_failover() {
+    let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();
+    let conn = Connector::cluster(cluster.urls())
+        .await
+        .expect("cluster connector");
+
+    // Locks on keys over every master.
+    let mut guards = Vec::new();
+    for i in 0..30 {
+        let lock = RwLock::new(&conn, format!("spread:{i}")).with_options(opts(5_000));
+        guards.push(lock.try_write().await.unwrap().expect("free lock"));
+    }
+    for g in guards {
+        assert!(g.release().await.unwrap());
+    }
+
+    let key = "failover:lock";
+    let lock = RwLock::new(&conn, key).with_options(opts(3_000));
+    let guard = lock.write().await.expect("write lock");
+    let first = guard.token();
+    let election = LeaderElector::new(&conn, "{failover:lock}:leader")
+        .with_ttl(Duration::from_millis(3_000))
+        .start();
+    let term = tokio::time::timeout(Duration::from_secs(10), election.wait_leader())
+        .await
+        .expect("elected in time")
+        .unwrap();
+
+    // A writer parks in the server, on the master that is about to be demoted.
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.write_timeout(Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let c = tokio::task::spawn_blocking(move || {
+        let new_master = cluster.fail_over(key);
+        (cluster, new_master)
+    });
+    let (cluster, new_master) = c.await.unwrap();
+    assert_eq!(cluster.owner_of(key).id, new_master.id);
+
+    // Two lease lengths later the guard and the leader still hold: renewals reached the new
+    // master.
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    assert!(
+        matches!(guard.status(), LeaseStatus::Held { .. }),
+        "the guard's lease survived the failover: {:?}",
+        guard.status()
+    );
+    guard.check().expect("still held");
+    let leadership = election.leadership();
+    assert!(leadership.is_leader, "still leader: {leadership:?}");
+    assert_eq!(leadership.term, Some(term), "same term");
+
+    // Releasing hands the lock to the waiter, through the new master.
+    assert!(guard.release().await.unwrap());
+    let next = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter finishes")
+        .unwrap()
+        .expect("no error")
+        .expect("the waiter got the lock");
+    assert!(next.token() > first, "a larger token after the failover");
+    assert!(next.release().await.unwrap());
+    assert!(election.resign().await.unwrap());
+}

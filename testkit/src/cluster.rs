@@ -1,0 +1,159 @@
+//! A real Redis Cluster on loopback: 3 masters and 3 replicas, the module on every node, built
+//! with `redis-cli --cluster create`. Nodes are stopped (by pid) when the cluster is dropped.
+
+use std::process::Command;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::{Options, Server};
+
+/// Polls `ok` every 100 ms until it holds; panics after `limit`.
+pub fn until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        sleep(Duration::from_millis(100));
+    }
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Clone, Debug)]
+pub struct NodeLine {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    pub master_id: String,
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// Parses `CLUSTER NODES` as seen from `conn`.
+pub fn cluster_nodes(conn: &mut redis::Connection) -> Vec<NodeLine> {
+    let text: String = redis::cmd("CLUSTER").arg("NODES").query(conn).unwrap();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let addr = f[1].split('@').next().unwrap();
+            let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+            let slots = f[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .map(|s| match s.split_once('-') {
+                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                    None => (s.parse().unwrap(), s.parse().unwrap()),
+                })
+                .collect();
+            NodeLine {
+                id: f[0].to_string(),
+                port,
+                master: f[2].contains("master"),
+                master_id: f[3].to_string(),
+                slots,
+            }
+        })
+        .collect()
+}
+
+/// A field of `INFO section`.
+pub fn info_field(conn: &mut redis::Connection, section: &str, field: &str) -> String {
+    let text: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    /// Starts 6 nodes and joins them as 3 masters with one replica each.
+    pub fn start() -> Cluster {
+        let opts = Options::default()
+            .arg("cluster-enabled", "yes")
+            .arg("cluster-config-file", "nodes.conf")
+            .arg("cluster-node-timeout", "3000")
+            .arg("appendonly", "no");
+        let nodes: Vec<Server> = (0..6).map(|_| Server::with(opts.clone())).collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let c = Cluster { nodes };
+        for n in &c.nodes {
+            let mut conn = n.conn();
+            until(Duration::from_secs(30), "cluster_state:ok", || {
+                let text: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                text.contains("cluster_state:ok")
+            });
+        }
+        c
+    }
+
+    /// `redis://` addresses of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    pub fn node(&self, port: u16) -> &Server {
+        self.nodes.iter().find(|n| n.port == port).unwrap()
+    }
+
+    /// The master serving `key`'s slot.
+    pub fn owner_of(&self, key: &str) -> NodeLine {
+        let mut conn = self.nodes[0].conn();
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)
+            .unwrap();
+        cluster_nodes(&mut conn)
+            .into_iter()
+            .find(|n| n.master && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .unwrap()
+    }
+
+    /// Fails over the master serving `key` to its replica (after the replica acknowledged
+    /// every write), and waits until the whole cluster agrees. Answers the new master.
+    pub fn fail_over(&self, key: &str) -> NodeLine {
+        let master = self.owner_of(key);
+        let mut mconn = self.node(master.port).conn();
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query(&mut mconn)
+            .unwrap();
+        assert_eq!(acked, 1, "the replica has every write");
+        let replica = cluster_nodes(&mut mconn)
+            .into_iter()
+            .find(|n| !n.master && n.master_id == master.id)
+            .unwrap();
+        let mut rconn = self.node(replica.port).conn();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query(&mut rconn)
+            .unwrap();
+        until(Duration::from_secs(30), "the replica to take over", || {
+            info_field(&mut rconn, "replication", "role") == "master"
+        });
+        until(Duration::from_secs(30), "the cluster to agree", || {
+            self.owner_of(key).id == replica.id
+        });
+        replica
+    }
+}

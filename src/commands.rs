@@ -23,7 +23,7 @@ fn arity(args: &[RedisString], ok: impl Fn(usize) -> bool) -> Result<(), RedisEr
     }
     let name = args
         .first()
-        .map(|a| String::from_utf8_lossy(a.as_slice()).to_lowercase())
+        .map(|a| parse::quoted(a.as_slice()).to_lowercase())
         .unwrap_or_default();
     Err(err(format!(
         "ERR wrong number of arguments for '{name}' command"

@@ -8,6 +8,7 @@ use std::os::raw::c_void;
 use redis_lease_core::{Election, RwLock};
 use redis_module::{raw, Context, NotifyEvent, RedisString, Status};
 
+use crate::commit::{settle, Place};
 use crate::key::{Found, Key};
 use crate::types::LeaseValue;
 
@@ -63,7 +64,8 @@ extern "C" fn on_role(
 }
 
 /// Generic keyspace events: `rename_to` / `move_to` name a key's new place (the context has
-/// its db selected); its pending wake-up still names the old one.
+/// its db selected). Its waiters were answered LOCKGONE when it left its old place (`unlink`),
+/// and its pending wake-up still names the old one: clear the first, redo the second.
 pub fn on_generic(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[u8]) {
     if event != "rename_to" && event != "move_to" {
         return;
@@ -73,20 +75,26 @@ pub fn on_generic(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[u8]) {
         let Some(k) = Key::open_str(ctx.ctx, &name) else {
             return;
         };
-        let db = crate::commands::selected_db(ctx);
+        let place = Place {
+            ctx,
+            key: &k,
+            name: &name,
+            db: crate::commands::selected_db(ctx),
+        };
         match k.get::<RwLock>() {
-            Found::Ours(v) => reschedule(db, key, v),
+            Found::Ours(v) => moved(&place, v),
             _ => {
                 if let Found::Ours(v) = k.get::<Election>() {
-                    reschedule(db, key, v);
+                    moved(&place, v);
                 }
             }
         }
     });
 }
 
-fn reschedule<V: LeaseValue>(db: i32, key: &[u8], v: &mut V) {
+fn moved<V: LeaseValue>(place: &Place, v: &mut V) {
     let lock = v.lock_mut();
+    lock.forget_waiters();
     lock.wakeup = 0;
-    crate::wakeup::remember(db, key, lock);
+    settle(place, v);
 }

@@ -14,6 +14,7 @@ mod clock;
 mod commands;
 mod commit;
 mod config;
+mod docs;
 mod events;
 mod guard;
 mod info;
@@ -30,11 +31,12 @@ mod module {
 
     use crate::config::*;
     use crate::types::{ELECTION_TYPE, RWLOCK_TYPE};
-    use crate::{apply, commands, events, info, wakeup};
+    use crate::{apply, commands, docs, events, info, wakeup};
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         wakeup::init(ctx);
         info::init(ctx);
+        docs::init(ctx);
         events::init(ctx)
     }
 

@@ -10,6 +10,12 @@ pub enum Wait {
     Ms(u64),
 }
 
+/// An argument quoted in an error reply: ASCII only (other bytes escaped, as `\xe9`), at most
+/// 64 bytes, so the reply is valid whatever the client sent.
+pub fn quoted(bytes: &[u8]) -> String {
+    bytes[..bytes.len().min(64)].escape_ascii().to_string()
+}
+
 /// The longest WAIT accepted (about 30 years): Redis adds it to its clock.
 pub const MAX_WAIT_MS: u64 = 1_000_000_000_000;
 
@@ -46,7 +52,7 @@ pub fn ttl(bytes: &[u8], max_ttl: u64) -> Result<u64, String> {
         Some(n) if n >= 1 && n as u64 <= max_ttl => Ok(n as u64),
         _ => Err(format!(
             "ERR ttl must be an integer from 1 to {max_ttl} ms (lease.max-ttl), got '{}'",
-            String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+            quoted(bytes)
         )),
     }
 }
@@ -59,7 +65,7 @@ pub fn wait_option(rest: &[&[u8]]) -> Result<Wait, String> {
         if !rest[i].eq_ignore_ascii_case(b"WAIT") {
             return Err(format!(
                 "ERR unknown option '{}' (the only option is WAIT ms)",
-                String::from_utf8_lossy(&rest[i][..rest[i].len().min(64)])
+                quoted(rest[i])
             ));
         }
         if wait != Wait::No {
@@ -76,7 +82,7 @@ pub fn wait_option(rest: &[&[u8]]) -> Result<Wait, String> {
             _ => {
                 return Err(format!(
                     "ERR WAIT must be an integer >= 0 ms, got '{}'",
-                    String::from_utf8_lossy(&value[..value.len().min(64)])
+                    quoted(value)
                 ))
             }
         };
@@ -118,6 +124,14 @@ mod tests {
         assert!(ttl(b"0", 10).is_err());
         assert!(ttl(b"-5", 10).is_err());
         assert!(ttl(b"abc", 10).is_err());
+    }
+
+    #[test]
+    fn quoted_arguments_are_ascii() {
+        assert_eq!(quoted("1é".as_bytes()), "1\\xc3\\xa9");
+        assert!(ttl("1é".as_bytes(), 10).unwrap_err().is_ascii());
+        assert!(wait_option(&["é".as_bytes()]).unwrap_err().is_ascii());
+        assert_eq!(quoted(&[b'a'; 100]).len(), 64);
     }
 
     #[test]

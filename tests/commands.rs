@@ -1038,7 +1038,6 @@ fn keyspace_notifications_announce_every_lapse() {
 }
 
 #[test]
-#[ignore = "module bug: error replies that echo an argument are not valid UTF-8 (redis-module's reply_error_string maps each char to `c as u8`), so redis-rs fails to parse them"]
 fn error_replies_are_valid_utf8() {
     let (_s, mut c) = start();
     // "é" in a ttl, an option and a WAIT value.

@@ -624,7 +624,6 @@ fn del_flushall_and_rename_answer_the_waiters() {
 }
 
 #[test]
-#[ignore = "module bug: after RENAME (or MOVE) of a key with waiters, the waiters are answered LOCKGONE but stay in the moved value's queue: RWLOCK.INFO of the new name counts them and the key gets no expiry"]
 fn renamed_key_keeps_no_stale_waiters() {
     let (s, mut c) = start();
     token(&r!(c, "RWLOCK.WLOCK", "k", "h", 500));

@@ -173,6 +173,12 @@ impl Lock {
         self.holders.heap_bytes(&round) + queue
     }
 
+    /// Empties the queue without granting anyone: the shell already answered these waiters
+    /// (their key was renamed or moved away from under them).
+    pub fn forget_waiters(&mut self) {
+        self.queue = None;
+    }
+
     /// Puts a holder back as it was saved (RDB load, RESTORE).
     pub fn restore(&mut self, owner: &[u8], hold: Hold) {
         self.last_token = self.last_token.max(hold.token);

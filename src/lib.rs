@@ -20,6 +20,7 @@ mod guard;
 mod info;
 mod key;
 mod parse;
+mod replicate;
 mod state;
 mod types;
 mod wakeup;

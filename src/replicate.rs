@@ -1,0 +1,108 @@
+//! Replicating effects as `LEASE.APPLY key kind op...` with as few allocations as the hot path
+//! allows: the key is the command's own string, the fixed words are created once, and each
+//! owner and number is one Redis string.
+
+use std::ffi::CString;
+use std::os::raw::c_char;
+
+use redis_lease_core::{DropReason, Effect, Mode};
+use redis_module::{raw, Context, RedisString};
+
+const WORDS: [&str; 10] = [
+    "rwlock", "leader", "GRANT", "RELEASE", "DROP", "RENEW", "read", "write", "lapse", "resign",
+];
+
+thread_local! {
+    /// The fixed words as Redis strings, created once and kept (never freed).
+    static WORD_STRINGS: Vec<*mut raw::RedisModuleString> = WORDS
+        .iter()
+        .map(|w| unsafe {
+            raw::RedisModule_CreateString.unwrap()(
+                std::ptr::null_mut(),
+                w.as_ptr() as *const c_char,
+                w.len(),
+            )
+        })
+        .collect();
+}
+
+fn word(w: &str) -> *mut raw::RedisModuleString {
+    let i = WORDS.iter().position(|x| *x == w).expect("a known word");
+    WORD_STRINGS.with(|ws| ws[i])
+}
+
+/// Replicates `effects` on `name` (of kind `kind`: "rwlock" or "leader").
+pub fn effects(ctx: &Context, name: &RedisString, kind: &str, effects: &[Effect]) {
+    let mut args: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(2 + effects.len() * 5);
+    // Strings this call creates, to free once Redis has taken its own references.
+    let mut made: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(effects.len() * 3);
+    let mut text = |b: &[u8]| unsafe {
+        let s = raw::RedisModule_CreateString.unwrap()(
+            std::ptr::null_mut(),
+            b.as_ptr() as *const c_char,
+            b.len(),
+        );
+        made.push(s);
+        s
+    };
+    let mut nums: Vec<*mut raw::RedisModuleString> = Vec::new();
+    let mut num = |n: u64| unsafe {
+        let s = raw::RedisModule_CreateStringFromLongLong.unwrap()(
+            std::ptr::null_mut(),
+            n.min(i64::MAX as u64) as i64,
+        );
+        nums.push(s);
+        s
+    };
+    args.push(name.inner);
+    args.push(word(kind));
+    for e in effects {
+        match e {
+            Effect::Grant {
+                owner,
+                mode,
+                deadline,
+                token,
+            } => {
+                args.push(word("GRANT"));
+                args.push(text(owner));
+                args.push(word(match mode {
+                    Mode::Read => "read",
+                    Mode::Write => "write",
+                }));
+                args.push(num(*deadline));
+                args.push(num(*token));
+            }
+            Effect::Release { owner } => {
+                args.push(word("RELEASE"));
+                args.push(text(owner));
+            }
+            Effect::Drop { owner, reason } => {
+                args.push(word("DROP"));
+                args.push(text(owner));
+                args.push(word(match reason {
+                    DropReason::Lapse => "lapse",
+                    DropReason::Resign => "resign",
+                }));
+            }
+            Effect::Renew { owner, deadline } => {
+                args.push(word("RENEW"));
+                args.push(text(owner));
+                args.push(num(*deadline));
+            }
+        }
+    }
+    let cmd = CString::new("LEASE.APPLY").expect("no nul");
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            cmd.as_ptr(),
+            c"v".as_ptr(),
+            args.as_ptr(),
+            args.len(),
+        );
+        for s in made.into_iter().chain(nums) {
+            raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s);
+        }
+    }
+}

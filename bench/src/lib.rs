@@ -48,6 +48,8 @@ pub struct Config {
     /// Start the server without the module (to check the baseline and the harness alone;
     /// every module figure is then an error).
     pub no_module: bool,
+    /// Wait at most this long for other processes to quiet down before starting.
+    pub wait_idle: Option<Duration>,
 }
 
 impl Default for Config {
@@ -57,6 +59,7 @@ impl Default for Config {
             mode: Mode::Full { scale: 1.0 },
             only: Vec::new(),
             no_module: false,
+            wait_idle: None,
         }
     }
 }
@@ -241,6 +244,88 @@ pub struct Machine {
     /// every figure).
     pub load_start: String,
     pub load_end: String,
+    /// Per scenario: the share of the CPUs that other processes used while it ran.
+    pub other_load: Vec<String>,
+}
+
+/// Busy and total CPU time of the whole machine so far, in clock ticks (from /proc/stat).
+pub fn machine_cpu() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = s.lines().next()?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v[3] + v[4];
+    Some((total - idle, total))
+}
+
+/// CPU time used by this process and the server so far.
+fn own_cpu(server_pid: Option<u32>) -> Duration {
+    let me = process_cpu(std::process::id()).unwrap_or_default();
+    me + server_pid.and_then(process_cpu).unwrap_or_default()
+}
+
+/// Measures, from `start()` to `share()`, how much of the machine's CPU time went to other
+/// processes than this one and the server (a benchmark on a busy machine measures little).
+pub struct OtherLoad {
+    machine: Option<(u64, u64)>,
+    own: Duration,
+    server_pid: Option<u32>,
+}
+
+impl OtherLoad {
+    pub fn start(server_pid: Option<u32>) -> OtherLoad {
+        OtherLoad {
+            machine: machine_cpu(),
+            own: own_cpu(server_pid),
+            server_pid,
+        }
+    }
+
+    /// The share of all CPUs' time (0..1) that other processes used.
+    pub fn share(&self) -> Option<f64> {
+        let (b0, t0) = self.machine?;
+        let (b1, t1) = machine_cpu()?;
+        if t1 <= t0 {
+            return None;
+        }
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let hz = if hz > 0 { hz as f64 } else { 100.0 };
+        let busy = (b1 - b0) as f64 / hz;
+        let total = (t1 - t0) as f64 / hz;
+        let own = (own_cpu(self.server_pid) - self.own).as_secs_f64();
+        Some(((busy - own) / total).clamp(0.0, 1.0))
+    }
+}
+
+/// Waits (at most `limit`) until other processes use less than 10% of the machine's CPUs over
+/// two seconds. Returns the last share seen.
+pub fn wait_idle(limit: Duration) -> Option<f64> {
+    let until = Instant::now() + limit;
+    loop {
+        let l = OtherLoad::start(None);
+        std::thread::sleep(Duration::from_secs(2));
+        let share = l.share();
+        match share {
+            Some(s) if s < 0.10 => return share,
+            None => return None,
+            _ => {}
+        }
+        if Instant::now() >= until {
+            return share;
+        }
+        eprintln!(
+            "[bench] waiting for an idle machine: other processes use {:.0}% of the CPUs",
+            share.unwrap_or(0.0) * 100.0
+        );
+    }
 }
 
 /// The 1-, 5- and 15-minute load averages.
@@ -263,8 +348,15 @@ impl Machine {
             format!("MODULE LIST: {}", self.module_list),
             format!("workspace: {}", self.workspace_head),
             format!(
-                "load average (1/5/15 min): {} at the start, {} at the end",
-                self.load_start, self.load_end
+                "load average (1/5/15 min): {} at the start, {} at the end; CPU share used by \
+                 other processes during each scenario: {}",
+                self.load_start,
+                self.load_end,
+                if self.other_load.is_empty() {
+                    "-".to_string()
+                } else {
+                    self.other_load.join(", ")
+                }
             ),
         ]
     }
@@ -475,6 +567,7 @@ fn machine_info(conn: &mut redis::Connection) -> Machine {
         date: sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_default(),
         load_start: loadavg(),
         load_end: String::new(),
+        other_load: Vec::new(),
     }
 }
 
@@ -552,6 +645,17 @@ fn scenario_error_row(n: u32, e: &str) -> Row {
 
 /// Runs the benchmark. Progress goes to stderr; the report is returned (and not written).
 pub fn run(cfg: &Config) -> BenchResult<Report> {
+    let mut notes = Vec::new();
+    if let Some(limit) = cfg.wait_idle {
+        if let Some(s) = wait_idle(limit) {
+            if s >= 0.10 {
+                notes.push(format!(
+                    "the machine did not become idle within {limit:?}: other processes used {:.0}% of the CPUs before the start",
+                    s * 100.0
+                ));
+            }
+        }
+    }
     let t_start = Instant::now();
     let nofile = raise_nofile();
     let mut st = Settings::for_mode(cfg.mode);
@@ -572,7 +676,6 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let mut notes = Vec::new();
     let mut machine = {
         let mut c = server.client().get_connection()?;
         let m = machine_info(&mut c);
@@ -613,6 +716,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         }
         eprintln!("[bench] scenario {n} ...");
         let t = Instant::now();
+        let other = OtherLoad::start(ctx.server_pid);
         if let Ok(mut c) = server.client().get_connection() {
             let _: redis::RedisResult<String> = redis::cmd("FLUSHALL").query(&mut c);
         }
@@ -627,10 +731,15 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             Ok(r) => rows.extend(r),
             Err(_) => rows.push(scenario_error_row(n, "the harness panicked")),
         }
+        let share = other.share();
         eprintln!(
-            "[bench] scenario {n} done in {:.1} s",
-            t.elapsed().as_secs_f64()
+            "[bench] scenario {n} done in {:.1} s (other processes used {:.0}% of the CPUs)",
+            t.elapsed().as_secs_f64(),
+            share.unwrap_or(0.0) * 100.0
         );
+        if let Some(s) = share {
+            machine.other_load.push(format!("{n}: {:.0}%", s * 100.0));
+        }
         if !alive(&server) {
             let log = server.log();
             let tail: Vec<&str> = log.lines().rev().take(15).collect();

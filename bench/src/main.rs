@@ -9,14 +9,15 @@ use std::process::ExitCode;
 
 use redis_lease_bench::{run, Config, Mode};
 
-const USAGE: &str = "usage: redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,3,4,5] [--no-module]
+const USAGE: &str = "usage: redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,3,4,5] [--no-module] [--wait-idle SECS]
 
   --out DIR    where to write results.csv, results.md, results.txt, chart.svg (default bench/out)
   --smoke      a few hundred operations per scenario, well under 30 s (what `make test` runs)
   --quick      the full set of scenarios with 0.3 of the durations and trial counts
   --scale X    multiply the full mode's durations and trial counts by X (1 = full)
   --only LIST  run only these scenarios (comma-separated numbers 1-5)
-  --no-module  start the server without the module (checks the harness and the baseline only)";
+  --no-module  start the server without the module (checks the harness and the baseline only)
+  --wait-idle SECS  first wait (at most SECS) until other processes use < 10% of the CPUs";
 
 fn parse(args: &[String]) -> Result<Config, String> {
     let mut cfg = Config::default();
@@ -54,6 +55,13 @@ fn parse(args: &[String]) -> Result<Config, String> {
                     .collect::<Result<_, _>>()?;
             }
             "--no-module" => cfg.no_module = true,
+            "--wait-idle" => {
+                let v = value()?;
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|_| format!("--wait-idle {v}: a number of seconds"))?;
+                cfg.wait_idle = Some(std::time::Duration::from_secs(secs));
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }

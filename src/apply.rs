@@ -41,6 +41,51 @@ fn owner(arg: Option<&&[u8]>) -> Result<Box<[u8]>, String> {
     }
 }
 
+/// One argument of `LEASE.APPLY` as a master writes it.
+pub enum Arg<'a> {
+    Word(&'static str),
+    Bytes(&'a [u8]),
+    Num(u64),
+}
+
+/// Writes `effects` as `LEASE.APPLY` arguments (after the key and kind): the one spelling of
+/// the wire format, read back by [`parse_ops`].
+pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
+    for e in effects {
+        match e {
+            Effect::Grant {
+                owner,
+                mode,
+                deadline,
+                token,
+            } => {
+                out(Arg::Word("GRANT"));
+                out(Arg::Bytes(owner));
+                out(Arg::Word(mode.as_str()));
+                out(Arg::Num(*deadline));
+                out(Arg::Num(*token));
+            }
+            Effect::Release { owner } => {
+                out(Arg::Word("RELEASE"));
+                out(Arg::Bytes(owner));
+            }
+            Effect::Drop { owner, reason } => {
+                out(Arg::Word("DROP"));
+                out(Arg::Bytes(owner));
+                out(Arg::Word(match reason {
+                    DropReason::Lapse => "lapse",
+                    DropReason::Resign => "resign",
+                }));
+            }
+            Effect::Renew { owner, deadline } => {
+                out(Arg::Word("RENEW"));
+                out(Arg::Bytes(owner));
+                out(Arg::Num(*deadline));
+            }
+        }
+    }
+}
+
 /// Parses every op first, so that a bad one changes nothing.
 pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
     let mut ops = Vec::new();
@@ -184,6 +229,55 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_master_encodes_a_replica_parses_back() {
+        let effects = vec![
+            Effect::Grant {
+                owner: b"a".to_vec().into(),
+                mode: Mode::Read,
+                deadline: 10,
+                token: 7,
+            },
+            Effect::Release {
+                owner: b"a".to_vec().into(),
+            },
+            Effect::Drop {
+                owner: b"b".to_vec().into(),
+                reason: DropReason::Lapse,
+            },
+            Effect::Renew {
+                owner: b"c".to_vec().into(),
+                deadline: 20,
+            },
+        ];
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        encode(&effects, |a| {
+            args.push(match a {
+                Arg::Word(w) => w.as_bytes().to_vec(),
+                Arg::Bytes(b) => b.to_vec(),
+                Arg::Num(n) => n.to_string().into_bytes(),
+            })
+        });
+        let text: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8(a.clone()).unwrap())
+            .collect();
+        assert_eq!(
+            text.join(" "),
+            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20"
+        );
+        let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+        let back: Vec<Effect> = parse_ops(&refs)
+            .unwrap()
+            .into_iter()
+            .map(|op| match op {
+                Op::Effect(e) => e,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(back, effects);
+    }
 
     #[test]
     fn parses_every_op_and_rejects_bad_ones() {

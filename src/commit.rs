@@ -68,50 +68,6 @@ fn event(kind: Kind, e: &Effect) -> Option<&'static str> {
     })
 }
 
-/// `LEASE.APPLY key kind op...` arguments for `effects`: the same words `replicate::effects`
-/// sends, as bytes, so the round trip through `apply::parse_ops` is tested without a server.
-#[cfg(test)]
-fn apply_args(name: &[u8], kind: &str, effects: &[Effect]) -> Vec<Vec<u8>> {
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + effects.len() * 5);
-    args.push(name.to_vec());
-    args.push(kind.as_bytes().to_vec());
-    let num = |n: u64| n.to_string().into_bytes();
-    for e in effects {
-        match e {
-            Effect::Grant {
-                owner,
-                mode,
-                deadline,
-                token,
-            } => {
-                args.push(b"GRANT".to_vec());
-                args.push(owner.to_vec());
-                args.push(mode.as_str().as_bytes().to_vec());
-                args.push(num(*deadline));
-                args.push(num(*token));
-            }
-            Effect::Release { owner } => {
-                args.push(b"RELEASE".to_vec());
-                args.push(owner.to_vec());
-            }
-            Effect::Drop { owner, reason } => {
-                args.push(b"DROP".to_vec());
-                args.push(owner.to_vec());
-                args.push(match reason {
-                    DropReason::Lapse => b"lapse".to_vec(),
-                    DropReason::Resign => b"resign".to_vec(),
-                });
-            }
-            Effect::Renew { owner, deadline } => {
-                args.push(b"RENEW".to_vec());
-                args.push(owner.to_vec());
-                args.push(num(*deadline));
-            }
-        }
-    }
-    args
-}
-
 fn count(kind: Kind, effects: &[Effect]) {
     state::with(|s| {
         for e in effects {
@@ -211,52 +167,4 @@ pub fn settle<V: LeaseValue>(place: &Place, v: &mut V) {
     };
     place.key.expire_at(expire);
     crate::wakeup::remember(place.db, place.name.as_slice(), lock);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn apply_args_spell_every_effect() {
-        let effects = vec![
-            Effect::Grant {
-                owner: b"a".to_vec().into(),
-                mode: Mode::Read,
-                deadline: 10,
-                token: 7,
-            },
-            Effect::Release {
-                owner: b"a".to_vec().into(),
-            },
-            Effect::Drop {
-                owner: b"b".to_vec().into(),
-                reason: DropReason::Lapse,
-            },
-            Effect::Renew {
-                owner: b"c".to_vec().into(),
-                deadline: 20,
-            },
-        ];
-        let args = apply_args(b"k", "rwlock", &effects);
-        let text: Vec<String> = args
-            .iter()
-            .map(|a| String::from_utf8(a.clone()).unwrap())
-            .collect();
-        assert_eq!(
-            text.join(" "),
-            "k rwlock GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20"
-        );
-        // What a master sends, a replica reads back as the same effects.
-        let refs: Vec<&[u8]> = args[2..].iter().map(|a| a.as_slice()).collect();
-        let ops = crate::apply::parse_ops(&refs).unwrap();
-        let back: Vec<Effect> = ops
-            .into_iter()
-            .map(|op| match op {
-                crate::apply::Op::Effect(e) => e,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(back, effects);
-    }
 }

@@ -5,12 +5,7 @@
 
 use std::os::raw::c_void;
 
-use redis_lease_core::{Election, RwLock};
-use redis_module::{raw, Context, NotifyEvent, RedisString, Status};
-
-use crate::commit::{settle, Place};
-use crate::key::{Found, Key};
-use crate::types::LeaseValue;
+use redis_module::{raw, Context, NotifyEvent, Status};
 
 fn subscribe(ctx: &Context, id: u64, cb: raw::RedisModuleEventCallback) -> Status {
     let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -64,37 +59,11 @@ extern "C" fn on_role(
 }
 
 /// Generic keyspace events: `rename_to` / `move_to` name a key's new place (the context has
-/// its db selected). Its waiters were answered LOCKGONE when it left its old place (`unlink`),
-/// and its pending wake-up still names the old one: clear the first, redo the second.
+/// its db selected).
 pub fn on_generic(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[u8]) {
     if event != "rename_to" && event != "move_to" {
         return;
     }
-    crate::guard::quietly(|| {
-        let name = RedisString::create_from_slice(ctx.ctx, key);
-        let Some(k) = Key::open_str(ctx.ctx, &name) else {
-            return;
-        };
-        let place = Place {
-            ctx,
-            key: &k,
-            name: &name,
-            db: crate::commands::selected_db(ctx),
-        };
-        match k.get::<RwLock>() {
-            Found::Ours(v) => moved(&place, v),
-            _ => {
-                if let Found::Ours(v) = k.get::<Election>() {
-                    moved(&place, v);
-                }
-            }
-        }
-    });
-}
-
-fn moved<V: LeaseValue>(place: &Place, v: &mut V) {
-    let lock = v.lock_mut();
-    lock.forget_waiters();
-    lock.wakeup = 0;
-    settle(place, v);
+    let db = crate::commands::selected_db(ctx);
+    crate::guard::quietly(|| crate::wakeup::visit(ctx, db, key, |place, v| v.moved_in(place)));
 }

@@ -5,8 +5,10 @@
 use std::ffi::CString;
 use std::os::raw::c_char;
 
-use redis_lease_core::{DropReason, Effect, Mode};
+use redis_lease_core::Effect;
 use redis_module::{raw, Context, RedisString};
+
+use crate::apply::{encode, Arg};
 
 const WORDS: [&str; 10] = [
     "rwlock", "leader", "GRANT", "RELEASE", "DROP", "RENEW", "read", "write", "lapse", "resign",
@@ -56,42 +58,13 @@ pub fn effects(ctx: &Context, name: &RedisString, kind: &str, effects: &[Effect]
     };
     args.push(name.inner);
     args.push(word(kind));
-    for e in effects {
-        match e {
-            Effect::Grant {
-                owner,
-                mode,
-                deadline,
-                token,
-            } => {
-                args.push(word("GRANT"));
-                args.push(text(owner));
-                args.push(word(match mode {
-                    Mode::Read => "read",
-                    Mode::Write => "write",
-                }));
-                args.push(num(*deadline));
-                args.push(num(*token));
-            }
-            Effect::Release { owner } => {
-                args.push(word("RELEASE"));
-                args.push(text(owner));
-            }
-            Effect::Drop { owner, reason } => {
-                args.push(word("DROP"));
-                args.push(text(owner));
-                args.push(word(match reason {
-                    DropReason::Lapse => "lapse",
-                    DropReason::Resign => "resign",
-                }));
-            }
-            Effect::Renew { owner, deadline } => {
-                args.push(word("RENEW"));
-                args.push(text(owner));
-                args.push(num(*deadline));
-            }
-        }
-    }
+    encode(effects, |a| {
+        args.push(match a {
+            Arg::Word(w) => word(w),
+            Arg::Bytes(b) => text(b),
+            Arg::Num(n) => num(n),
+        })
+    });
     let cmd = CString::new("LEASE.APPLY").expect("no nul");
     unsafe {
         raw::RedisModule_Replicate.unwrap()(

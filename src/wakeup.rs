@@ -116,7 +116,7 @@ fn fire(ctx: &Context) {
 }
 
 /// Opens `key` in `db` and hands its value (of either type) to `f`.
-fn visit(ctx: &Context, db: i32, key: &[u8], f: impl FnOnce(&Place, &mut dyn Visit)) {
+pub fn visit(ctx: &Context, db: i32, key: &[u8], f: impl FnOnce(&Place, &mut dyn Visit)) {
     unsafe {
         if raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) != raw::REDISMODULE_OK as i32 {
             return;
@@ -139,10 +139,13 @@ fn visit(ctx: &Context, db: i32, key: &[u8], f: impl FnOnce(&Place, &mut dyn Vis
     }
 }
 
-/// What a wake-up does to a value, whichever its type.
-trait Visit {
+/// What a wake-up (or a key's move) does to a value, whichever its type.
+pub trait Visit {
     fn tick_in(&mut self, place: &Place, now: u64, master: bool);
     fn cancel_in(&mut self, place: &Place, id: u64, now: u64, master: bool);
+    /// The key was renamed or moved here: its waiters were answered LOCKGONE when it left its
+    /// old place, and its pending wake-up names the old place.
+    fn moved_in(&mut self, place: &Place);
 }
 
 impl<V: LeaseValue> Visit for V {
@@ -158,6 +161,13 @@ impl<V: LeaseValue> Visit for V {
         let before = self.lock().holder_count();
         let (changes, ()) = run(self, now, |v, env| (v.tick(env), ()));
         commit(place, self, changes, true, before);
+    }
+
+    fn moved_in(&mut self, place: &Place) {
+        let lock = self.lock_mut();
+        lock.forget_waiters();
+        lock.wakeup = 0;
+        settle(place, self);
     }
 
     fn cancel_in(&mut self, place: &Place, id: u64, now: u64, master: bool) {

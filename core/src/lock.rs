@@ -437,38 +437,24 @@ impl Lock {
         })
     }
 
-    /// Releases one hold of `owner` (its write hold first); true if it held anything.
-    fn release(&mut self, kind: Kind, owner: &[u8], env: &mut Env) -> (Changes, bool) {
+    /// Gives back one hold of `owner` (its write hold first), or with `all` every hold; then
+    /// serves the waiters. True if it held anything.
+    fn give_back(&mut self, kind: Kind, owner: &[u8], all: bool, env: &mut Env) -> (Changes, bool) {
         self.run(env, |lock, op| {
             lock.step(kind, op);
             if lock.holders.get(owner).is_none() {
                 return false;
             }
-            lock.emit(
-                op,
-                Effect::Release {
-                    owner: owner.into(),
-                },
-            );
-            lock.promote(kind, op);
-            true
-        })
-    }
-
-    /// Removes every hold of `owner`; true if it held anything.
-    fn drop_holder(&mut self, kind: Kind, owner: &[u8], env: &mut Env) -> (Changes, bool) {
-        self.run(env, |lock, op| {
-            lock.step(kind, op);
-            if lock.holders.get(owner).is_none() {
-                return false;
-            }
-            lock.emit(
-                op,
+            let owner = owner.into();
+            let effect = if all {
                 Effect::Drop {
-                    owner: owner.into(),
+                    owner,
                     reason: DropReason::Resign,
-                },
-            );
+                }
+            } else {
+                Effect::Release { owner }
+            };
+            lock.emit(op, effect);
             lock.promote(kind, op);
             true
         })
@@ -537,7 +523,7 @@ impl RwLock {
 
     /// `RWLOCK.UNLOCK`: one hold of `owner` (its write hold first).
     pub fn unlock(&mut self, owner: &[u8], env: &mut Env) -> (Changes, bool) {
-        self.0.release(Kind::RwLock, owner, env)
+        self.0.give_back(Kind::RwLock, owner, false, env)
     }
 
     /// `RWLOCK.RENEW`.
@@ -585,7 +571,7 @@ impl Election {
 
     /// `LEADER.RESIGN`.
     pub fn resign(&mut self, candidate: &[u8], env: &mut Env) -> (Changes, bool) {
-        self.0.drop_holder(Kind::Election, candidate, env)
+        self.0.give_back(Kind::Election, candidate, true, env)
     }
 
     /// `LEADER.CURRENT`: the leader, its term and its deadline, if one leads at `now`.

@@ -190,6 +190,8 @@ fn apply_to<V: LeaseValue>(ctx: &Context, name: &RedisString, ops: Vec<Op>) -> R
         key: &key,
         name,
         db: crate::commands::selected_db(ctx),
+
+        owner: None,
     };
     let changes = redis_lease_core::Changes {
         effects,

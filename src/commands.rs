@@ -65,6 +65,7 @@ fn token(t: u64) -> RedisValue {
 fn acquire<V: LeaseValue>(
     ctx: &Context,
     name: &RedisString,
+    owner_arg: &RedisString,
     block_ms: Option<u64>,
     op: impl FnOnce(&mut V, &mut Env, Option<u64>) -> (Changes, Result<Acquire, LockError>),
 ) -> RedisResult {
@@ -86,6 +87,7 @@ fn acquire<V: LeaseValue>(
         key: &key,
         name,
         db,
+        owner: Some(owner_arg),
     };
     commit(&place, v, changes, true, before);
     match result {
@@ -100,6 +102,7 @@ fn acquire<V: LeaseValue>(
 fn change<V: LeaseValue, T>(
     ctx: &Context,
     name: &RedisString,
+    owner_arg: &RedisString,
     missing: T,
     op: impl FnOnce(&mut V, &mut Env) -> (Changes, T),
 ) -> Result<T, RedisError> {
@@ -116,6 +119,7 @@ fn change<V: LeaseValue, T>(
         key: &key,
         name,
         db: selected_db(ctx),
+        owner: Some(owner_arg),
     };
     commit(&place, v, changes, true, before);
     Ok(out)
@@ -141,7 +145,7 @@ fn rw_lock(ctx: &Context, args: Vec<RedisString>, mode: Mode) -> RedisResult {
     let owner = owner(&args[2], "owner")?;
     let ttl = ttl(&args[3])?;
     let block_ms = wait(ctx, &args[4..])?;
-    acquire::<RwLock>(ctx, &args[1], block_ms, |v, env, wait| {
+    acquire::<RwLock>(ctx, &args[1], &args[2], block_ms, |v, env, wait| {
         let req = Request {
             owner,
             mode,
@@ -165,7 +169,9 @@ pub fn unlock(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guard::command(|| {
         arity(&args, |n| n == 3)?;
         let owner = owner(&args[2], "owner")?;
-        let done = change::<RwLock, _>(ctx, &args[1], false, |v, env| v.unlock(owner, env))?;
+        let done = change::<RwLock, _>(ctx, &args[1], &args[2], false, |v, env| {
+            v.unlock(owner, env)
+        })?;
         Ok(RedisValue::Integer(done.into()))
     })
 }
@@ -175,7 +181,9 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         arity(&args, |n| n == 4)?;
         let owner = owner(&args[2], "owner")?;
         let ttl = ttl(&args[3])?;
-        let t = change::<RwLock, _>(ctx, &args[1], None, |v, env| v.renew(owner, ttl, env))?;
+        let t = change::<RwLock, _>(ctx, &args[1], &args[2], None, |v, env| {
+            v.renew(owner, ttl, env)
+        })?;
         Ok(t.map_or(RedisValue::Null, token))
     })
 }
@@ -231,7 +239,7 @@ pub fn campaign(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         let candidate = owner(&args[2], "candidate")?;
         let ttl = ttl(&args[3])?;
         let block_ms = wait(ctx, &args[4..])?;
-        acquire::<Election>(ctx, &args[1], block_ms, |v, env, wait| {
+        acquire::<Election>(ctx, &args[1], &args[2], block_ms, |v, env, wait| {
             v.campaign(candidate, ttl, wait, config::max_waiters(), env)
         })
     })
@@ -242,7 +250,9 @@ pub fn leader_renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         arity(&args, |n| n == 4)?;
         let candidate = owner(&args[2], "candidate")?;
         let ttl = ttl(&args[3])?;
-        let t = change::<Election, _>(ctx, &args[1], None, |v, env| v.renew(candidate, ttl, env))?;
+        let t = change::<Election, _>(ctx, &args[1], &args[2], None, |v, env| {
+            v.renew(candidate, ttl, env)
+        })?;
         Ok(t.map_or(RedisValue::Null, token))
     })
 }
@@ -251,7 +261,9 @@ pub fn resign(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guard::command(|| {
         arity(&args, |n| n == 3)?;
         let candidate = owner(&args[2], "candidate")?;
-        let done = change::<Election, _>(ctx, &args[1], false, |v, env| v.resign(candidate, env))?;
+        let done = change::<Election, _>(ctx, &args[1], &args[2], false, |v, env| {
+            v.resign(candidate, env)
+        })?;
         Ok(RedisValue::Integer(done.into()))
     })
 }

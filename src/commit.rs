@@ -15,6 +15,8 @@ pub struct Place<'a> {
     pub key: &'a Key,
     pub name: &'a RedisString,
     pub db: i32,
+    /// The request's owner argument, if any (replication reuses it).
+    pub owner: Option<&'a RedisString>,
 }
 
 /// Runs a core operation on `v` with the module's clock, tokens and waiter registry.
@@ -126,7 +128,13 @@ pub fn commit<V: LeaseValue>(
     state::count_holders(lock.holder_count() as i64 - holders_before as i64);
     if !changes.effects.is_empty() {
         if replicate {
-            crate::replicate::effects(place.ctx, place.name, V::NAME, &changes.effects);
+            crate::replicate::effects(
+                place.ctx,
+                place.name,
+                V::NAME,
+                place.owner,
+                &changes.effects,
+            );
             count(V::KIND, &changes.effects);
             log_lapses(place, &changes.effects);
         }

@@ -2,7 +2,6 @@
 //! allows: the key is the command's own string, the fixed words are created once, and each
 //! owner and number is one Redis string.
 
-use std::ffi::CString;
 use std::os::raw::c_char;
 
 use redis_lease_core::Effect;
@@ -33,48 +32,55 @@ fn word(w: &str) -> *mut raw::RedisModuleString {
     WORD_STRINGS.with(|ws| ws[i])
 }
 
-/// Replicates `effects` on `name` (of kind `kind`: "rwlock" or "leader").
-pub fn effects(ctx: &Context, name: &RedisString, kind: &str, effects: &[Effect]) {
+/// Replicates `effects` on `name` (of kind `kind`: "rwlock" or "leader"). `owner` is the
+/// request's own owner argument, reused for effects that name it instead of copying it.
+pub fn effects(
+    ctx: &Context,
+    name: &RedisString,
+    kind: &str,
+    owner: Option<&RedisString>,
+    effects: &[Effect],
+) {
     let mut args: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(2 + effects.len() * 5);
-    // Strings this call creates, to free once Redis has taken its own references.
+    // Strings this call creates, freed once Redis has taken its own references.
     let mut made: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(effects.len() * 3);
-    let mut text = |b: &[u8]| unsafe {
-        let s = raw::RedisModule_CreateString.unwrap()(
-            std::ptr::null_mut(),
-            b.as_ptr() as *const c_char,
-            b.len(),
-        );
-        made.push(s);
-        s
-    };
-    let mut nums: Vec<*mut raw::RedisModuleString> = Vec::new();
-    let mut num = |n: u64| unsafe {
-        let s = raw::RedisModule_CreateStringFromLongLong.unwrap()(
-            std::ptr::null_mut(),
-            n.min(i64::MAX as u64) as i64,
-        );
-        nums.push(s);
-        s
-    };
     args.push(name.inner);
     args.push(word(kind));
     encode(effects, |a| {
-        args.push(match a {
+        let s = match a {
             Arg::Word(w) => word(w),
-            Arg::Bytes(b) => text(b),
-            Arg::Num(n) => num(n),
-        })
+            Arg::Bytes(b) if owner.is_some_and(|o| o.as_slice() == b) => {
+                owner.map_or(std::ptr::null_mut(), |o| o.inner)
+            }
+            Arg::Bytes(b) => unsafe {
+                let s = raw::RedisModule_CreateString.unwrap()(
+                    std::ptr::null_mut(),
+                    b.as_ptr() as *const c_char,
+                    b.len(),
+                );
+                made.push(s);
+                s
+            },
+            Arg::Num(n) => unsafe {
+                let s = raw::RedisModule_CreateStringFromLongLong.unwrap()(
+                    std::ptr::null_mut(),
+                    n.min(i64::MAX as u64) as i64,
+                );
+                made.push(s);
+                s
+            },
+        };
+        args.push(s);
     });
-    let cmd = CString::new("LEASE.APPLY").expect("no nul");
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx.ctx,
-            cmd.as_ptr(),
+            c"LEASE.APPLY".as_ptr(),
             c"v".as_ptr(),
             args.as_ptr(),
             args.len(),
         );
-        for s in made.into_iter().chain(nums) {
+        for s in made {
             raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s);
         }
     }

@@ -131,6 +131,8 @@ pub fn visit(ctx: &Context, db: i32, key: &[u8], f: impl FnOnce(&Place, &mut dyn
         key: &k,
         name: &name,
         db,
+
+        owner: None,
     };
     if let Found::Ours(v) = k.get::<RwLock>() {
         f(&place, v);

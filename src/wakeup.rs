@@ -48,6 +48,9 @@ pub fn forget(db: i32, key: &[u8], lock: &mut Lock) {
     state::with(|s| s.wakeups.remove(&entry));
 }
 
+/// The longest single timer; a later wake-up re-arms when it fires.
+const MAX_TIMER_MS: u64 = 60_000;
+
 /// Makes sure the timer fires no later than `at`.
 pub fn arm(at: u64) {
     let ctx = TIMER_CTX.load(Ordering::Relaxed);
@@ -63,7 +66,9 @@ pub fn arm(at: u64) {
         if let Some(id) = stop {
             raw::RedisModule_StopTimer.unwrap()(ctx, id, std::ptr::null_mut());
         }
-        let period = at.saturating_sub(now_ms()) as i64;
+        // A far deadline (lease.max-ttl may be huge) must not overflow Redis's timer arithmetic
+        // (ms * 1000 in a 64-bit µs clock): wake at most a minute ahead and look again.
+        let period = at.saturating_sub(now_ms()).min(MAX_TIMER_MS) as i64;
         let id = raw::RedisModule_CreateTimer.unwrap()(
             ctx,
             period,

@@ -1268,3 +1268,52 @@ fn random_argument_vectors_never_hurt_the_server() {
     assert!(ok, "waiters left behind: {:?}", lease_info(&mut admin));
     assert_eq!(text(&r!(admin, "PING")), "PONG");
 }
+
+/// CPU seconds (user + system) a process has used, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses): utime is the 12th, stime 13th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+#[test]
+fn a_lease_of_millions_of_years_does_not_make_the_server_spin() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // A spinning server never answers: fail instead of hanging.
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let huge = i64::MAX / 4;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lease.max-ttl")
+        .arg(huge)
+        .query(&mut c)
+        .unwrap();
+    let t: Option<i64> = redis::cmd("RWLOCK.WLOCK")
+        .arg("far")
+        .arg("a")
+        .arg(huge)
+        .query(&mut c)
+        .unwrap();
+    assert!(t.is_some());
+    // A waiter too, so the key has a wake-up in the far future and a queue.
+    let w: Option<i64> = redis::cmd("RWLOCK.RLOCK")
+        .arg("far")
+        .arg("b")
+        .arg(10)
+        .arg("WAIT")
+        .arg(50)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(w, None);
+    let pid = s.pid().unwrap();
+    let before = cpu_seconds(pid);
+    sleep(Duration::from_secs(1));
+    let used = cpu_seconds(pid) - before;
+    assert!(used < 0.3, "an idle server used {used} s of CPU in 1 s");
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+}

@@ -159,4 +159,52 @@ mod tests {
             .unwrap_err()
             .contains("unknown option"));
     }
+
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn arg() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..40),
+                "-?[0-9]{0,25}".prop_map(String::into_bytes),
+                Just(b"WAIT".to_vec()),
+                Just(b"wait".to_vec()),
+                Just(i64::MIN.to_string().into_bytes()),
+                Just(u64::MAX.to_string().into_bytes()),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+            /// Any bytes: no panic, and what is accepted is in range.
+            #[test]
+            fn parsers_never_panic(a in arg(), rest in proptest::collection::vec(arg(), 0..5), max in 1u64..100_000) {
+                if let Ok(t) = ttl(&a, max) {
+                    prop_assert!((1..=max).contains(&t));
+                }
+                if let Ok(o) = id(&a, "owner", max as usize) {
+                    prop_assert!(!o.is_empty() && o.len() <= max as usize);
+                }
+                let refs: Vec<&[u8]> = rest.iter().map(|r| r.as_slice()).collect();
+                if let Ok(Wait::Ms(ms)) = wait_option(&refs) {
+                    prop_assert!(ms <= MAX_WAIT_MS);
+                }
+                if let Err(e) = wait_option(&refs) {
+                    prop_assert!(e.is_ascii());
+                }
+                prop_assert!(quoted(&a).is_ascii());
+                let _ = crate::apply::parse_ops(&refs);
+            }
+
+            /// Well-formed LEASE.APPLY ops always parse, whatever the owner bytes.
+            #[test]
+            fn apply_ops_parse(owner in proptest::collection::vec(any::<u8>(), 1..40), d in 0..i64::MAX, t in 0..i64::MAX) {
+                let (d, t) = (d.to_string().into_bytes(), t.to_string().into_bytes());
+                let args: Vec<&[u8]> = vec![b"GRANT", &owner, b"write", &d, &t, b"RELEASE", &owner, b"RENEW", &owner, &d];
+                prop_assert_eq!(crate::apply::parse_ops(&args).map(|o| o.len()), Ok(3));
+            }
+        }
+    }
 }

@@ -102,14 +102,18 @@ impl Cluster {
                 text.contains("cluster_state:ok")
             });
             // Roles spread by gossip: wait until this node sees 3 masters and 3 replicas.
-            until(Duration::from_secs(30), "every node to agree on roles", || {
-                let nodes = cluster_nodes(&mut conn);
-                let masters = nodes
-                    .iter()
-                    .filter(|n| n.master && !n.slots.is_empty())
-                    .count();
-                masters == 3 && nodes.iter().filter(|n| !n.master).count() == 3
-            });
+            until(
+                Duration::from_secs(30),
+                "every node to agree on roles",
+                || {
+                    let nodes = cluster_nodes(&mut conn);
+                    let masters = nodes
+                        .iter()
+                        .filter(|n| n.master && !n.slots.is_empty())
+                        .count();
+                    masters == 3 && nodes.iter().filter(|n| !n.master).count() == 3
+                },
+            );
         }
         c
     }

@@ -79,8 +79,17 @@ pub fn arm(at: u64) {
     }
 }
 
+/// While a failover pauses writes (`CLIENT PAUSE WRITE`, `FAILOVER`), background writes must
+/// wait: look again this much later.
+const PAUSED_RETRY_MS: u64 = 10;
+
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     state::with(|s| s.timer = None);
+    let avoid = unsafe { raw::RedisModule_AvoidReplicaTraffic.map(|f| f() != 0) };
+    if avoid == Some(true) {
+        arm(now_ms() + PAUSED_RETRY_MS);
+        return;
+    }
     let ctx = Context::new(ctx);
     let _ = crate::guard::quietly(|| fire(&ctx));
     let next = state::with(|s| s.wakeups.first().map(|w| w.0));

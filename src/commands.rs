@@ -6,7 +6,7 @@ use redis_lease_core::{Acquire, Changes, Election, Env, LockError, Mode, Request
 use redis_module::redisvalue::RedisValueKey;
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use crate::clock::now_ms;
+use crate::clock;
 use crate::commit::{commit, run, Place};
 use crate::key::{Found, Key, WRONGTYPE};
 use crate::parse::{self, Wait};
@@ -57,6 +57,15 @@ fn open(ctx: &Context, name: &RedisString) -> Result<Key, RedisError> {
     Key::open_str(ctx.ctx, name).ok_or(RedisError::Str("ERR could not open the key"))
 }
 
+/// Whole ms left until `deadline` (a live one: `deadline > now`), rounded down against the
+/// clock's fraction of a ms.
+fn ms_left(deadline: u64, now: u64, fraction: bool) -> RedisValue {
+    let left = deadline
+        .saturating_sub(now)
+        .saturating_sub(u64::from(fraction));
+    RedisValue::Integer(left.min(i64::MAX as u64) as i64)
+}
+
 fn token(t: u64) -> RedisValue {
     RedisValue::Integer(t.min(i64::MAX as u64) as i64)
 }
@@ -77,7 +86,7 @@ fn acquire<V: LeaseValue>(
     };
     let id = block_ms.map(|_| blocking::next_id());
     let before = v.lock().holder_count();
-    let (changes, result) = run(v, now_ms(), |v, env| op(v, env, id));
+    let (changes, result) = run(v, clock::now(), |v, env| op(v, env, id));
     let db = selected_db(ctx);
     if let (Ok(Acquire::Queued), Some(id), Some(ms)) = (result, id, block_ms) {
         blocking::block(ctx, id, db, name.as_slice(), ms);
@@ -113,7 +122,7 @@ fn change<V: LeaseValue, T>(
         Found::WrongType => return Err(RedisError::Str(WRONGTYPE)),
     };
     let before = v.lock().holder_count();
-    let (changes, out) = run(v, now_ms(), op);
+    let (changes, out) = run(v, clock::now(), op);
     let place = Place {
         ctx,
         key: &key,
@@ -195,7 +204,7 @@ fn field(name: &str) -> RedisValueKey {
 pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guard::command(|| {
         arity(&args, |n| n == 2)?;
-        let now = now_ms();
+        let (now, fraction) = clock::now();
         read::<RwLock, _>(ctx, &args[1], |v| {
             let mut holders = Vec::new();
             let (mut mode, mut waiters, mut last) = ("none", 0, 0);
@@ -214,10 +223,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         e.insert(field("owner"), RedisValue::StringBuffer(h.owner.to_vec()));
                         e.insert(field("mode"), RedisValue::SimpleStringStatic(m.as_str()));
                         e.insert(field("count"), RedisValue::Integer(count.into()));
-                        e.insert(
-                            field("ttl"),
-                            RedisValue::Integer((h.hold.deadline - now) as i64),
-                        );
+                        e.insert(field("ttl"), ms_left(h.hold.deadline, now, fraction));
                         e.insert(field("token"), token(h.hold.token));
                         holders.push(RedisValue::OrderedMap(e));
                     }
@@ -271,12 +277,12 @@ pub fn resign(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn current(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guard::command(|| {
         arity(&args, |n| n == 2)?;
-        let now = now_ms();
+        let (now, fraction) = clock::now();
         read::<Election, _>(ctx, &args[1], |v| match v.and_then(|v| v.current(now)) {
             Some(h) => RedisValue::Array(vec![
                 RedisValue::StringBuffer(h.owner.to_vec()),
                 token(h.hold.token),
-                RedisValue::Integer((h.hold.deadline - now) as i64),
+                ms_left(h.hold.deadline, now, fraction),
             ]),
             None => RedisValue::Null,
         })

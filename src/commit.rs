@@ -19,10 +19,11 @@ pub struct Place<'a> {
     pub owner: Option<&'a RedisString>,
 }
 
-/// Runs a core operation on `v` with the module's clock, tokens and waiter registry.
+/// Runs a core operation on `v` with the module's clock (`clock::now()`), tokens and waiter
+/// registry.
 pub fn run<V: LeaseValue, T>(
     v: &mut V,
-    now: u64,
+    (now, round_up): (u64, bool),
     op: impl FnOnce(&mut V, &mut Env) -> (Changes, T),
 ) -> (Changes, T) {
     let mut tokens = state::with(|s| s.tokens);
@@ -30,6 +31,7 @@ pub fn run<V: LeaseValue, T>(
     let out = {
         let mut env = Env {
             now,
+            round_up,
             tokens: &mut tokens,
             alive: &alive,
         };

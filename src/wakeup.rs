@@ -111,7 +111,7 @@ fn fire(ctx: &Context) {
     let cancels = state::with(|s| std::mem::take(&mut s.cancels));
     for (db, key, id) in cancels {
         visit(ctx, db, &key, |place, lock| {
-            lock.cancel_in(place, id, now, master)
+            lock.cancel_in(place, id, master)
         });
     }
     loop {
@@ -158,7 +158,7 @@ pub fn visit(ctx: &Context, db: i32, key: &[u8], f: impl FnOnce(&Place, &mut dyn
 /// What a wake-up (or a key's move) does to a value, whichever its type.
 pub trait Visit {
     fn tick_in(&mut self, place: &Place, now: u64, master: bool);
-    fn cancel_in(&mut self, place: &Place, id: u64, now: u64, master: bool);
+    fn cancel_in(&mut self, place: &Place, id: u64, master: bool);
     /// The key was renamed or moved here: its waiters were answered LOCKGONE when it left its
     /// old place, and its pending wake-up names the old place.
     fn moved_in(&mut self, place: &Place);
@@ -175,7 +175,7 @@ impl<V: LeaseValue> Visit for V {
             return;
         }
         let before = self.lock().holder_count();
-        let (changes, ()) = run(self, now, |v, env| (v.tick(env), ()));
+        let (changes, ()) = run(self, crate::clock::now(), |v, env| (v.tick(env), ()));
         commit(place, self, changes, true, before);
     }
 
@@ -186,12 +186,12 @@ impl<V: LeaseValue> Visit for V {
         settle(place, self);
     }
 
-    fn cancel_in(&mut self, place: &Place, id: u64, now: u64, master: bool) {
+    fn cancel_in(&mut self, place: &Place, id: u64, master: bool) {
         if !master {
             return;
         }
         let before = self.lock().holder_count();
-        let (changes, _) = run(self, now, |v, env| v.cancel(id, env));
+        let (changes, _) = run(self, crate::clock::now(), |v, env| v.cancel(id, env));
         if changes.is_empty() {
             settle(place, self);
         } else {

@@ -68,9 +68,22 @@ impl std::fmt::Display for LockError {
 /// The surroundings of one operation: the time, the token source, and which waiter ids still
 /// belong to a connected client (a waiter that is gone is skipped, never granted).
 pub struct Env<'a> {
+    /// The time, in whole ms (rounded down): leases lapse when it reaches their deadline.
     pub now: Ms,
+    /// The clock is a fraction of a ms past `now`: new deadlines round up, so a lease never
+    /// lasts less than its ttl.
+    pub round_up: bool,
     pub tokens: &'a mut Tokens,
     pub alive: &'a dyn Fn(u64) -> bool,
+}
+
+impl Env<'_> {
+    /// When a lease of `ttl` granted now ends.
+    pub fn deadline(&self, ttl: u64) -> Ms {
+        self.now
+            .saturating_add(ttl)
+            .saturating_add(u64::from(self.round_up))
+    }
 }
 
 struct Op<'e, 'a> {
@@ -270,7 +283,7 @@ impl Lock {
         ttl: u64,
     ) -> Result<u64, LockError> {
         let now = op.env.now;
-        let deadline = now.saturating_add(ttl);
+        let deadline = op.env.deadline(ttl);
         let held = self.holders.get(owner).copied();
         match (kind, held) {
             // A leader campaigning again renews; its term stays.
@@ -471,7 +484,7 @@ impl Lock {
         self.run(env, |lock, op| {
             lock.step(kind, op);
             let h = lock.holders.get(owner).copied()?;
-            let deadline = op.env.now.saturating_add(ttl);
+            let deadline = op.env.deadline(ttl);
             lock.emit(
                 op,
                 Effect::Renew {

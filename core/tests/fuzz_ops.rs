@@ -412,6 +412,7 @@ impl State {
         };
         let mut env = Env {
             now: *now,
+            round_up: false,
             tokens,
             alive: &alive,
         };

@@ -307,6 +307,7 @@ impl Sut {
         let alive = |id: u64| !dead.contains(&id);
         let mut env = Env {
             now: *now,
+            round_up: false,
             tokens,
             alive: &alive,
         };
@@ -1170,6 +1171,7 @@ fn a_keys_last_token_bounds_new_tokens() {
     let alive = |_| true;
     let mut env = Env {
         now: START,
+        round_up: false,
         tokens: &mut tokens,
         alive: &alive,
     };
@@ -1216,6 +1218,7 @@ fn tokens_do_not_overflow_at_the_top_of_the_range() {
         let alive = |_| true;
         let mut env = Env {
             now: START,
+            round_up: false,
             tokens: &mut tokens,
             alive: &alive,
         };
@@ -1349,6 +1352,7 @@ fn waiters_that_left_do_not_count_against_the_limit() {
     let alive = move |id: u64| !gone.contains(&id);
     let mut env = Env {
         now: START,
+        round_up: false,
         tokens: &mut tokens,
         alive: &alive,
     };

@@ -33,6 +33,7 @@ impl Fixture {
         let alive = move |id: u64| !gone.contains(&id);
         let mut env = Env {
             now: self.now,
+            round_up: false,
             tokens: &mut self.tokens,
             alive: &alive,
         };
@@ -244,6 +245,7 @@ fn a_lapse_hands_off_to_the_next_waiter_and_reports_the_drop() {
     let alive = move |id: u64| !gone.contains(&id);
     let mut env = Env {
         now: f.now,
+        round_up: false,
         tokens: &mut f.tokens,
         alive: &alive,
     };
@@ -327,6 +329,7 @@ fn replaying_the_effects_rebuilds_the_same_state() {
     let mut tokens = Tokens::new();
     let mut env = Env {
         now: 1_000,
+        round_up: false,
         tokens: &mut tokens,
         alive: &alive,
     };
@@ -384,6 +387,7 @@ fn an_election_has_one_leader_whose_term_grows_on_every_change() {
     let mut tokens = Tokens::new();
     let mut env = Env {
         now: 1_000,
+        round_up: false,
         tokens: &mut tokens,
         alive: &alive,
     };
@@ -461,4 +465,38 @@ fn a_second_upgrade_request_of_the_same_owner_is_not_lost() {
     f.unlock("b");
     // The upgrade, then the same owner's reentrant write.
     assert_eq!(f.woken_ids(), vec![3, 4]);
+}
+
+#[test]
+fn deadlines_round_up_when_the_clock_is_past_a_whole_ms() {
+    let alive = |_: u64| true;
+    let mut tokens = Tokens::new();
+    let mut env = Env {
+        now: 1_000,
+        round_up: true,
+        tokens: &mut tokens,
+        alive: &alive,
+    };
+    let mut l = RwLock::default();
+    let req = Request {
+        owner: b"a",
+        mode: Mode::Write,
+        ttl: 100,
+        wait: None,
+        max_waiters: 10,
+    };
+    let (c, _) = l.lock(&req, &mut env);
+    // Granted at 1000.x ms: the lease must last until at least 1100.x, so its deadline is 1101.
+    assert!(matches!(
+        c.effects[0],
+        Effect::Grant {
+            deadline: 1_101,
+            ..
+        }
+    ));
+    assert!(l.renew(b"a", 50, &mut env).1.is_some());
+    assert_eq!(l.0.hold_of(b"a", 1_000).unwrap().deadline, 1_051);
+    env.round_up = false;
+    l.renew(b"a", 50, &mut env);
+    assert_eq!(l.0.hold_of(b"a", 1_000).unwrap().deadline, 1_050);
 }

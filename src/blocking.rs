@@ -68,7 +68,7 @@ fn unblock(id: u64, wake: Wake) {
             s.stats.wait_ms_total += waited;
             s.stats.wait_ms_max = s.stats.wait_ms_max.max(waited);
         } else {
-            s.stats.waiters_gone += 1;
+            s.stats.waiters_lockgone += 1;
         }
         Some(rec)
     }) else {
@@ -177,6 +177,9 @@ extern "C" fn on_disconnect(
     _ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
+    if state::with(|s| s.by_client.contains_key(&(bc as usize))) {
+        state::with(|s| s.stats.waiters_left += 1);
+    }
     leave(bc);
 }
 

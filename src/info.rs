@@ -31,7 +31,7 @@ fn write(ctx: *mut raw::RedisModuleInfoCtx) {
     } else {
         0.0
     };
-    let ints: [(&str, i64); 18] = [
+    let ints: [(&str, i64); 19] = [
         ("keys", state::keys()),
         ("holders", state::holders()),
         ("waiters", waiting as i64),
@@ -44,7 +44,8 @@ fn write(ctx: *mut raw::RedisModuleInfoCtx) {
         ("resignations", s.resignations as i64),
         ("waits", s.waits as i64),
         ("wait_timeouts", s.wait_timeouts as i64),
-        ("waiters_gone", s.waiters_gone as i64),
+        ("waiters_lockgone", s.waiters_lockgone as i64),
+        ("waiters_left", s.waiters_left as i64),
         ("handoffs", s.handoffs as i64),
         ("wait_ms_total", s.wait_ms_total as i64),
         ("wait_ms_max", s.wait_ms_max as i64),

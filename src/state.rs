@@ -32,7 +32,10 @@ pub struct Stats {
     pub handoffs: u64,
     pub wait_ms_total: u64,
     pub wait_ms_max: u64,
-    pub waiters_gone: u64,
+    /// Waiters answered LOCKGONE (their key was deleted, renamed, moved or flushed).
+    pub waiters_lockgone: u64,
+    /// Waiters whose client left (disconnected, killed, CLIENT UNBLOCK ... ERROR).
+    pub waiters_left: u64,
 }
 
 #[derive(Default)]

@@ -507,6 +507,11 @@ fn a_waiter_that_leaves_is_never_granted() {
     assert_eq!(i.waiters, 0);
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "w3")), 1);
     assert_eq!(exists(&mut c, "k"), 0, "a departed waiter keeps the key");
+    // The killed and the disconnected client count as waiters that left; the unblocked one as
+    // a timeout (CLIENT UNBLOCK answers nil).
+    let stats = lease_info(&mut c);
+    assert_eq!(stats["lease_waiters_left"], "2", "{stats:?}");
+    assert_eq!(stats["lease_wait_timeouts"], "1", "{stats:?}");
     assert_eq!(lease_info(&mut c)["lease_waiters"], "0");
 
     // The same for elections.
@@ -621,6 +626,8 @@ fn del_flushall_and_rename_answer_the_waiters() {
     assert_gone(&mut w1);
     assert_gone(&mut w2);
     assert_eq!(lease_info(&mut c)["lease_waiters"], "0");
+    let stats = lease_info(&mut c);
+    assert_ne!(stats["lease_waiters_lockgone"], "0", "{stats:?}");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! and wake-up time in step with its leases, or delete it when nothing is left.
 
 use redis_lease_core::{Changes, DropReason, Effect, Env, Kind, Mode};
-use redis_module::{Context, NotifyEvent, RedisString};
+use redis_module::{raw, Context, RedisString};
 
 use crate::key::Key;
 use crate::state;
@@ -41,34 +41,18 @@ pub fn run<V: LeaseValue, T>(
     out
 }
 
-/// The keyspace event announcing `e`, if any.
-fn event(kind: Kind, e: &Effect) -> Option<&'static str> {
+/// The keyspace event announcing `e`, if any (a literal: no allocation per event).
+fn event(kind: Kind, e: &Effect) -> Option<&'static std::ffi::CStr> {
+    use {DropReason::Resign, Effect::*, Kind::*, Mode::*};
     Some(match (kind, e) {
-        (
-            Kind::RwLock,
-            Effect::Grant {
-                mode: Mode::Read, ..
-            },
-        ) => "rwlock.read",
-        (
-            Kind::RwLock,
-            Effect::Grant {
-                mode: Mode::Write, ..
-            },
-        ) => "rwlock.write",
-        (Kind::RwLock, Effect::Release { .. }) => "rwlock.release",
-        (Kind::RwLock, Effect::Drop { .. }) => "rwlock.lapse",
-        (Kind::Election, Effect::Grant { .. }) => "leader.elect",
-        (
-            Kind::Election,
-            Effect::Drop {
-                reason: DropReason::Resign,
-                ..
-            },
-        ) => "leader.resign",
-        (Kind::Election, Effect::Drop { .. }) => "leader.lapse",
-        (Kind::Election, Effect::Release { .. }) => "leader.resign",
-        (_, Effect::Renew { .. }) => return None,
+        (RwLock, Grant { mode: Read, .. }) => c"rwlock.read",
+        (RwLock, Grant { mode: Write, .. }) => c"rwlock.write",
+        (RwLock, Release { .. }) => c"rwlock.release",
+        (RwLock, Drop { .. }) => c"rwlock.lapse",
+        (Election, Grant { .. }) => c"leader.elect",
+        (Election, Drop { reason: Resign, .. } | Release { .. }) => c"leader.resign",
+        (Election, Drop { .. }) => c"leader.lapse",
+        (_, Renew { .. }) => return None,
     })
 }
 
@@ -142,9 +126,14 @@ pub fn commit<V: LeaseValue>(
         }
         for e in &changes.effects {
             if let Some(ev) = event(V::KIND, e) {
-                place
-                    .ctx
-                    .notify_keyspace_event(NotifyEvent::MODULE, ev, place.name);
+                unsafe {
+                    raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+                        place.ctx.ctx,
+                        raw::REDISMODULE_NOTIFY_MODULE,
+                        ev.as_ptr(),
+                        place.name.inner,
+                    );
+                }
             }
         }
     }

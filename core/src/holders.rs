@@ -119,8 +119,10 @@ impl Holders {
                 if t.by_owner.len() == 1 {
                     // Back to the compact form; the table had at least two entries, so
                     // this walk is paid for by the inserts that grew it.
-                    let (o, h) = t.by_owner.drain().next().expect("one entry");
-                    *self = Holders::One(o, h);
+                    let last = t.by_owner.drain().next();
+                    if let Some((o, h)) = last {
+                        *self = Holders::One(o, h);
+                    }
                 }
                 Some(hold)
             }

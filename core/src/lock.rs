@@ -341,9 +341,12 @@ impl Lock {
             if admissible(&self.holders, &head.owner, head.mode).is_none() {
                 return;
             }
-            let w = match q.upgrade.take() {
-                Some(w) => w,
-                None => q.fifo.pop_first().expect("head exists").1,
+            let Some(w) = q
+                .upgrade
+                .take()
+                .or_else(|| q.fifo.pop_first().map(|(_, w)| w))
+            else {
+                return;
             };
             let Ok(token) = self.grant(kind, op, &w.owner, w.mode, w.ttl) else {
                 // No token left: the waiter goes back in arrival order and will time out.

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::Value;
 use redis_lease_testkit::cluster::{cluster_nodes, Cluster};
+use redis_lease_testkit::reply::token_or_nil;
+use redis_lease_testkit::state::parse_lock_info;
 
 fn client(cluster: &Cluster) -> ClusterConnection {
     ClusterClient::builder(cluster.urls())
@@ -20,41 +22,13 @@ fn client(cluster: &Cluster) -> ClusterConnection {
         .unwrap()
 }
 
-fn token(v: Value) -> Option<i64> {
-    match v {
-        Value::Int(t) => Some(t),
-        Value::Nil => None,
-        other => panic!("unexpected reply {other:?}"),
-    }
-}
-
 fn holders(conn: &mut ClusterConnection, key: &str) -> Vec<(String, i64)> {
     let v: Value = redis::cmd("RWLOCK.INFO").arg(key).query(conn).unwrap();
-    let Value::Array(fields) = v else {
-        panic!("{v:?}")
-    };
-    let mut out = vec![];
-    for pair in fields.chunks(2) {
-        if pair[0] == Value::BulkString(b"holders".to_vec()) {
-            let Value::Array(hs) = &pair[1] else { panic!() };
-            for h in hs {
-                let Value::Array(hf) = h else { panic!() };
-                let mut owner = String::new();
-                let mut tok = 0;
-                for kv in hf.chunks(2) {
-                    match (&kv[0], &kv[1]) {
-                        (Value::BulkString(k), Value::BulkString(o)) if k == b"owner" => {
-                            owner = String::from_utf8(o.clone()).unwrap()
-                        }
-                        (Value::BulkString(k), Value::Int(t)) if k == b"token" => tok = *t,
-                        _ => {}
-                    }
-                }
-                out.push((owner, tok));
-            }
-        }
-    }
-    out
+    parse_lock_info(&v)
+        .holders
+        .into_iter()
+        .map(|h| (h.owner, h.token))
+        .collect()
 }
 
 #[test]
@@ -66,8 +40,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
     let mut masters = HashSet::new();
     for i in 0..300 {
         let key = format!("lock:{i}");
-        let t = token(
-            redis::cmd("RWLOCK.WLOCK")
+        let t = token_or_nil(
+            &redis::cmd("RWLOCK.WLOCK")
                 .arg(&key)
                 .arg("me")
                 .arg(60_000)
@@ -82,8 +56,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
             .query(&mut c)
             .unwrap();
         assert_eq!(again, Value::Nil);
-        let term = token(
-            redis::cmd("LEADER.CAMPAIGN")
+        let term = token_or_nil(
+            &redis::cmd("LEADER.CAMPAIGN")
                 .arg(format!("election:{i}"))
                 .arg("node-a")
                 .arg(60_000)
@@ -103,8 +77,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
     assert!(matches!(cur, Value::Array(ref v) if v[0] == Value::BulkString(b"node-a".to_vec())));
 
     // Waiting: a writer parked in the owning node is handed the lock at release.
-    let t1 = token(
-        redis::cmd("RWLOCK.WLOCK")
+    let t1 = token_or_nil(
+        &redis::cmd("RWLOCK.WLOCK")
             .arg("wait-key")
             .arg("holder")
             .arg(60_000)
@@ -124,7 +98,7 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
                 .arg(8_000)
                 .query(&mut c2)
                 .unwrap();
-            (token(t), start.elapsed())
+            (token_or_nil(&t), start.elapsed())
         })
     };
     sleep(Duration::from_millis(300));
@@ -143,8 +117,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
 
     // Move the slot of a held lock to another master: holder and token survive.
     let key = "migrate-me";
-    let t = token(
-        redis::cmd("RWLOCK.WLOCK")
+    let t = token_or_nil(
+        &redis::cmd("RWLOCK.WLOCK")
             .arg(key)
             .arg("mover")
             .arg(60_000)
@@ -213,8 +187,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
         .query(&mut c)
         .unwrap();
     assert_eq!(busy, Value::Nil, "still held after the move");
-    let renewed = token(
-        redis::cmd("RWLOCK.RENEW")
+    let renewed = token_or_nil(
+        &redis::cmd("RWLOCK.RENEW")
             .arg(key)
             .arg("mover")
             .arg(60_000)
@@ -227,8 +201,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
         .arg("mover")
         .query(&mut c)
         .unwrap();
-    let t_after = token(
-        redis::cmd("RWLOCK.WLOCK")
+    let t_after = token_or_nil(
+        &redis::cmd("RWLOCK.WLOCK")
             .arg(key)
             .arg("other")
             .arg(1000)
@@ -240,8 +214,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
 
     // Fail a master over to its replica: the holder, its token and the client carry on.
     let key = "failover-me";
-    let t = token(
-        redis::cmd("RWLOCK.WLOCK")
+    let t = token_or_nil(
+        &redis::cmd("RWLOCK.WLOCK")
             .arg(key)
             .arg("survivor")
             .arg(60_000)
@@ -260,8 +234,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
         .unwrap();
     assert_eq!(busy, Value::Nil);
     assert_eq!(
-        token(
-            redis::cmd("RWLOCK.RENEW")
+        token_or_nil(
+            &redis::cmd("RWLOCK.RENEW")
                 .arg(key)
                 .arg("survivor")
                 .arg(60_000)
@@ -275,8 +249,8 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
         .arg("survivor")
         .query(&mut c)
         .unwrap();
-    let next = token(
-        redis::cmd("RWLOCK.WLOCK")
+    let next = token_or_nil(
+        &redis::cmd("RWLOCK.WLOCK")
             .arg(key)
             .arg("intruder")
             .arg(1000)

@@ -1,14 +1,11 @@
 //! The module on one server: every rule of COMMANDS.md except waiting (see waiting.rs), against
 //! a real redis-server with the module loaded. Each test starts its own server.
 
-#[macro_use]
-mod common;
-
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::*;
 use rand::Rng;
+use redis_lease_testkit::prelude::*;
 
 /// A lease long enough never to lapse during a test.
 const LONG: i64 = 60_000;
@@ -35,7 +32,7 @@ fn readers_share_and_a_writer_excludes() {
         "each new grant gets a larger token: {t1} then {t2}"
     );
     assert!(is_nil(&r!(c, "RWLOCK.WLOCK", "k", "w", LONG)));
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "read");
     assert_eq!(i.owners(), ["a", "b"]);
     assert_eq!(i.holder("a", "read").unwrap().token, t1);
@@ -51,7 +48,7 @@ fn readers_share_and_a_writer_excludes() {
     assert!(t3 > t2);
     assert!(is_nil(&r!(c, "RWLOCK.RLOCK", "k", "r", LONG)));
     assert!(is_nil(&r!(c, "RWLOCK.WLOCK", "k", "w2", LONG)));
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "write");
     assert_eq!(i.owners(), ["w"]);
     assert_eq!(i.holder("w", "write").unwrap().count, 1);
@@ -66,13 +63,16 @@ fn reentrant_grants_need_one_unlock_each() {
     let t = token(&r!(c, "RWLOCK.RLOCK", "k", "a", LONG));
     assert_eq!(token(&r!(c, "RWLOCK.RLOCK", "k", "a", LONG)), t);
     assert_eq!(token(&r!(c, "RWLOCK.RLOCK", "k", "a", LONG)), t);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.holders.len(), 1);
     assert_eq!(i.holder("a", "read").unwrap().count, 3);
     assert_eq!(i.token, t, "a reentrant grant hands out no new token");
     for left in [2, 1] {
         assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
-        assert_eq!(info(&mut c, "k").holder("a", "read").unwrap().count, left);
+        assert_eq!(
+            lock_info(&mut c, "k").holder("a", "read").unwrap().count,
+            left
+        );
         assert_eq!(exists(&mut c, "k"), 1);
     }
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
@@ -82,11 +82,11 @@ fn reentrant_grants_need_one_unlock_each() {
     let w = token(&r!(c, "RWLOCK.WLOCK", "k", "a", LONG));
     assert!(w > t);
     assert_eq!(token(&r!(c, "RWLOCK.WLOCK", "k", "a", LONG)), w);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "write");
     assert_eq!(i.holder("a", "write").unwrap().count, 2);
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
-    assert_eq!(info(&mut c, "k").mode, "write");
+    assert_eq!(lock_info(&mut c, "k").mode, "write");
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
     assert_eq!(exists(&mut c, "k"), 0);
 }
@@ -100,13 +100,13 @@ fn a_writer_downgrades_and_unlock_releases_the_write_hold_first() {
         t,
         "the writer's read hold keeps its token"
     );
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "write");
     assert_eq!(i.holder("a", "write").unwrap().count, 1);
     assert_eq!(i.holder("a", "read").unwrap().count, 1);
     assert!(is_nil(&r!(c, "RWLOCK.RLOCK", "k", "b", LONG)));
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "read", "the write hold went first: {i:?}");
     assert!(i.holder("a", "write").is_none());
     assert_eq!(i.holder("a", "read").unwrap().count, 1);
@@ -124,7 +124,7 @@ fn a_sole_reader_upgrades_at_once_with_a_new_token() {
     let t1 = token(&r!(c, "RWLOCK.RLOCK", "k", "a", LONG));
     let t2 = token(&r!(c, "RWLOCK.WLOCK", "k", "a", LONG));
     assert!(t2 > t1, "an upgrade is a new grant: {t1} then {t2}");
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "write");
     assert_eq!(i.holder("a", "write").unwrap().count, 1);
     assert_eq!(i.holder("a", "write").unwrap().token, t2);
@@ -132,7 +132,7 @@ fn a_sole_reader_upgrades_at_once_with_a_new_token() {
     assert_eq!(i.token, t2);
     assert!(is_nil(&r!(c, "RWLOCK.RLOCK", "k", "b", LONG)));
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "read");
     assert_eq!(i.holder("a", "read").unwrap().count, 1);
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
@@ -144,10 +144,10 @@ fn an_upgrade_with_other_readers_is_refused() {
     let (_s, mut c) = start();
     token(&r!(c, "RWLOCK.RLOCK", "k", "a", LONG));
     token(&r!(c, "RWLOCK.RLOCK", "k", "b", LONG));
-    let before = info(&mut c, "k");
+    let before = lock_info(&mut c, "k");
     assert!(is_nil(&r!(c, "RWLOCK.WLOCK", "k", "a", LONG)));
     assert!(is_nil(&r!(c, "RWLOCK.WLOCK", "k", "b", LONG)));
-    assert_eq!(info(&mut c, "k").shape(), before.shape());
+    assert_eq!(lock_info(&mut c, "k").shape(), before.shape());
     // Once the other reader is gone, the upgrade goes through.
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "b")), 1);
     let t = token(&r!(c, "RWLOCK.WLOCK", "k", "a", LONG));
@@ -162,7 +162,11 @@ fn tokens_strictly_increase_across_releases_lapses_del_and_flushall() {
         let t = token(&v);
         assert!(t > last, "{what}: token {t} is not above {last}");
         last = t;
-        assert_eq!(info(c, "k").token, t, "{what}: INFO token is the last one");
+        assert_eq!(
+            lock_info(c, "k").token,
+            t,
+            "{what}: INFO token is the last one"
+        );
     };
     let v = r!(c, "RWLOCK.WLOCK", "k", "a", LONG);
     check(&mut c, "first", v);
@@ -197,7 +201,7 @@ fn renew_answers_the_token_and_sets_the_ttl() {
     let (_s, mut c) = start();
     let t = token(&r!(c, "RWLOCK.RLOCK", "k", "a", 10_000));
     assert_eq!(token(&r!(c, "RWLOCK.RENEW", "k", "a", 50_000)), t);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     let ttl = i.holder("a", "read").unwrap().ttl;
     assert!((45_000..=50_000).contains(&ttl), "INFO ttl {ttl}");
     let pttl = int(&r!(c, "PTTL", "k"));
@@ -205,7 +209,7 @@ fn renew_answers_the_token_and_sets_the_ttl() {
     assert_eq!(i.token, t, "a renewal hands out no new token");
     // A renewal may also shorten the lease.
     assert_eq!(token(&r!(c, "RWLOCK.RENEW", "k", "a", 5_000)), t);
-    let ttl = info(&mut c, "k").holder("a", "read").unwrap().ttl;
+    let ttl = lock_info(&mut c, "k").holder("a", "read").unwrap().ttl;
     assert!((1..=5_000).contains(&ttl), "INFO ttl {ttl}");
     let pttl = int(&r!(c, "PTTL", "k"));
     assert!((1..=5_000 + GRACE).contains(&pttl), "PTTL {pttl}");
@@ -217,7 +221,7 @@ fn renew_answers_the_token_and_sets_the_ttl() {
     let w = token(&r!(c, "RWLOCK.WLOCK", "kw", "a", 2_000));
     token(&r!(c, "RWLOCK.RLOCK", "kw", "a", 2_000));
     assert_eq!(token(&r!(c, "RWLOCK.RENEW", "kw", "a", 40_000)), w);
-    let i = info(&mut c, "kw");
+    let i = lock_info(&mut c, "kw");
     for m in ["read", "write"] {
         let ttl = i.holder("a", m).unwrap().ttl;
         assert!((35_000..=40_000).contains(&ttl), "{m} ttl {ttl}");
@@ -226,7 +230,7 @@ fn renew_answers_the_token_and_sets_the_ttl() {
     let t = token(&r!(c, "RWLOCK.WLOCK", "short", "a", 300));
     assert_eq!(token(&r!(c, "RWLOCK.RENEW", "short", "a", 5_000)), t);
     sleep(Duration::from_millis(500));
-    let i = info(&mut c, "short");
+    let i = lock_info(&mut c, "short");
     assert_eq!(i.mode, "write", "renewed lease lapsed at its old deadline");
     assert_eq!(i.holder("a", "write").unwrap().token, t);
 }
@@ -243,11 +247,11 @@ fn each_holder_has_its_own_lease() {
     );
     // Renewing b does not prolong a.
     assert_eq!(token(&r!(c, "RWLOCK.RENEW", "k", "b", 30_000)), tb);
-    let ta_ttl = info(&mut c, "k").holder("a", "read").unwrap().ttl;
+    let ta_ttl = lock_info(&mut c, "k").holder("a", "read").unwrap().ttl;
     assert!(ta_ttl <= 400, "a's lease moved with b's renewal: {ta_ttl}");
     sleep(Duration::from_millis(700));
     // a lapsed; b did not (its ttl and token are untouched).
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.owners(), ["b"], "{i:?}");
     let hb = i.holder("b", "read").unwrap();
     assert_eq!(hb.token, tb);
@@ -259,7 +263,7 @@ fn each_holder_has_its_own_lease() {
     assert!(ta2 > ta && ta2 > tb);
     // Renewing a (for long) does not touch b.
     assert_eq!(token(&r!(c, "RWLOCK.RENEW", "k", "a", 50_000)), ta2);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     let hb = i.holder("b", "read").unwrap();
     assert!(
         hb.ttl <= 30_000,
@@ -321,7 +325,7 @@ fn info_reports_every_field_in_resp2_and_resp3() {
         matches!(raw, Value::Array(_)),
         "RESP2: a flat array: {raw:?}"
     );
-    let i = parse_info(&raw);
+    let i = parse_lock_info(&raw);
     assert_eq!(i.mode, "read");
     assert_eq!(i.waiters, 0);
     assert_eq!(i.token, tb);
@@ -334,7 +338,7 @@ fn info_reports_every_field_in_resp2_and_resp3() {
     assert!((5_000..=10_000).contains(&b.ttl), "{b:?}");
 
     let tw = token(&r!(c, "RWLOCK.WLOCK", "w", "c", 30_000));
-    let iw = info(&mut c, "w");
+    let iw = lock_info(&mut c, "w");
     assert_eq!(iw.mode, "write");
     assert_eq!(iw.holders.len(), 1);
     assert_eq!(iw.holder("c", "write").unwrap().token, tw);
@@ -347,7 +351,7 @@ fn info_reports_every_field_in_resp2_and_resp3() {
         panic!("RESP3 INFO is not a map: {raw:?}")
     };
     assert_eq!(m.len(), 4, "{raw:?}");
-    let i3 = parse_info(&raw);
+    let i3 = parse_lock_info(&raw);
     assert_eq!(i3.shape(), i.shape(), "RESP3 says what RESP2 said");
     let holders = &m.iter().find(|(k, _)| text(k) == "holders").unwrap().1;
     assert!(matches!(holders, Value::Array(_)), "holders: {holders:?}");
@@ -357,14 +361,14 @@ fn info_reports_every_field_in_resp2_and_resp3() {
             "RESP3 holder is not a map: {h:?}"
         );
     }
-    assert_eq!(info(&mut c, "w").shape(), iw.shape());
-    assert_eq!(info(&mut c, "missing").mode, "none");
+    assert_eq!(lock_info(&mut c, "w").shape(), iw.shape());
+    assert_eq!(lock_info(&mut c, "missing").mode, "none");
 }
 
 #[test]
 fn info_of_a_missing_key_is_mode_none() {
     let (_s, mut c) = start();
-    let i = info(&mut c, "missing");
+    let i = lock_info(&mut c, "missing");
     assert_eq!(i.mode, "none");
     assert!(i.holders.is_empty());
     assert_eq!(i.waiters, 0);
@@ -372,7 +376,7 @@ fn info_of_a_missing_key_is_mode_none() {
     // After everything lapsed (pruned or not), INFO says the same.
     token(&r!(c, "RWLOCK.WLOCK", "k", "a", 100));
     sleep(Duration::from_millis(250));
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "none", "{i:?}");
     assert!(i.holders.is_empty());
 }
@@ -448,7 +452,7 @@ fn type_names_and_wrongtype() {
         let e = err(&r!(c, "GET", key));
         assert!(e.starts_with("WRONGTYPE"), "GET {key}: {e}");
     }
-    let lock_before = info(&mut c, "lock");
+    let lock_before = lock_info(&mut c, "lock");
     let leader_on_lock = [
         vec!["LEADER.CAMPAIGN", "lock", "a", "1000"],
         vec!["LEADER.RENEW", "lock", "a", "1000"],
@@ -480,7 +484,7 @@ fn type_names_and_wrongtype() {
         let e = err(&v);
         assert!(e.starts_with("WRONGTYPE"), "{args:?}: {e}");
     }
-    assert_eq!(info(&mut c, "lock").shape(), lock_before.shape());
+    assert_eq!(lock_info(&mut c, "lock").shape(), lock_before.shape());
     assert_eq!(text(&array(&r!(c, "LEADER.CURRENT", "elect"))[0]), "a");
     assert_eq!(text(&r!(c, "GET", "str")), "v");
     assert_eq!(int(&r!(c, "PTTL", "str")), -1);
@@ -585,8 +589,8 @@ fn bad_input_is_an_error_that_changes_nothing() {
     };
     let snapshot = |c: &mut Connection| {
         (
-            info(c, "k").shape(),
-            info(c, "w").shape(),
+            lock_info(c, "k").shape(),
+            lock_info(c, "w").shape(),
             r!(c, "LEADER.CURRENT", "e"),
             int(&r!(c, "DBSIZE")),
         )
@@ -615,8 +619,11 @@ fn bad_input_is_an_error_that_changes_nothing() {
     }
     println!("{} bad argument vectors answered with errors", cases.len());
     // Holds are untouched: their tokens and ttls did not move.
-    assert_eq!(info(&mut c, "k").holder("a", "read").unwrap().token, ta);
-    assert!(info(&mut c, "k").holder("a", "read").unwrap().ttl <= LONG);
+    assert_eq!(
+        lock_info(&mut c, "k").holder("a", "read").unwrap().token,
+        ta
+    );
+    assert!(lock_info(&mut c, "k").holder("a", "read").unwrap().ttl <= LONG);
     assert_eq!(int(&array(&r!(c, "LEADER.CURRENT", "e"))[1]), te);
     assert_eq!(exists(&mut c, "fresh"), 0);
     // The longest id is fine; a ttl of exactly the maximum is fine.
@@ -703,7 +710,7 @@ fn config_max_id_length() {
         "OK"
     );
     token(&r!(c, "RWLOCK.RLOCK", "k", "abcd", LONG));
-    let before = info(&mut c, "k");
+    let before = lock_info(&mut c, "k");
     for args in [
         vec!["RWLOCK.RLOCK", "k", "abcde", "1000"],
         vec!["RWLOCK.WLOCK", "k", "abcde", "1000"],
@@ -727,7 +734,7 @@ fn config_max_id_length() {
             "{args:?}: {e}"
         );
     }
-    assert_eq!(info(&mut c, "k").shape(), before.shape());
+    assert_eq!(lock_info(&mut c, "k").shape(), before.shape());
     token(&r!(c, "LEADER.CAMPAIGN", "e", "abcd", LONG));
 }
 
@@ -818,7 +825,7 @@ fn acl_key_patterns_apply() {
         assert!(e.starts_with("NOPERM"), "{args:?}: {e}");
     }
     assert_eq!(exists(&mut admin, "other"), 0);
-    assert_eq!(info(&mut admin, "allowed1").owners(), ["a"]);
+    assert_eq!(lock_info(&mut admin, "allowed1").owners(), ["a"]);
 }
 
 #[test]
@@ -1079,7 +1086,7 @@ fn memory_usage_is_small() {
             .ignore();
     }
     let _: () = pipe.query(&mut c).expect("pipeline");
-    assert_eq!(info(&mut c, "lock:many").holders.len(), 1000);
+    assert_eq!(lock_info(&mut c, "lock:many").holders.len(), 1000);
     let many = int(&r!(c, "MEMORY", "USAGE", "lock:many", "SAMPLES", "0"));
     println!(
         "MEMORY USAGE of a 1,000-reader lock (36-byte owners): {many} bytes ({:.0} per reader)",
@@ -1255,7 +1262,7 @@ fn random_argument_vectors_never_hurt_the_server() {
     for k in ["k1", "k2"] {
         let v = r!(admin, "RWLOCK.INFO", k);
         if !is_err(&v) {
-            parse_info(&v);
+            parse_lock_info(&v);
         }
     }
     let v = r!(admin, "LEADER.CURRENT", "e1");

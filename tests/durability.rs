@@ -3,13 +3,12 @@
 //! its token and absolute deadline, never revive a lease that lapsed while the server was
 //! down, and never let a token or a term go backwards.
 
-mod support;
+mod fixture;
 
 use std::time::Duration;
 
-use redis::Connection;
-use redis_lease_testkit::{Options, Server};
-use support::*;
+use fixture::*;
+use redis_lease_testkit::prelude::*;
 
 /// Checks the state after a restart (or reload) that happened once the short leases ended.
 fn verify(s: &Server, c: &mut Connection, fx: &Fixture, what: &str) {
@@ -38,7 +37,7 @@ fn verify(s: &Server, c: &mut Connection, fx: &Fixture, what: &str) {
         fx.gone_locks
             .iter()
             .chain(&fx.gone_leaders)
-            .all(|k| !exists(c, k))
+            .all(|k| exists(c, k) == 0)
     });
     assert!(gone, "{}", ctx("lapsed keys still exist"));
     let settled = eventually(Duration::from_secs(5), || {
@@ -129,7 +128,7 @@ fn kill_wait_restart(s: &mut Server, fx: &Fixture, opts: Option<Options>) -> Con
 
 #[test]
 fn rdb_save_kill9_restart_keeps_live_holds_and_drops_lapsed() {
-    let mut s = start();
+    let mut s = debug_server();
     let mut c = conn(&s);
     let fx = populate(&mut c);
     save(&mut c);
@@ -140,7 +139,7 @@ fn rdb_save_kill9_restart_keeps_live_holds_and_drops_lapsed() {
 
 #[test]
 fn rdb_bgsave_kill9_restart_keeps_live_holds_and_drops_lapsed() {
-    let mut s = start();
+    let mut s = debug_server();
     let mut c = conn(&s);
     let fx = populate(&mut c);
     bgsave(&mut c);
@@ -151,7 +150,7 @@ fn rdb_bgsave_kill9_restart_keeps_live_holds_and_drops_lapsed() {
 
 #[test]
 fn rdb_shutdown_save_restart_keeps_live_holds() {
-    let mut s = start();
+    let mut s = debug_server();
     let mut c = conn(&s);
     let fx = populate(&mut c);
     s.shutdown(true);
@@ -164,7 +163,7 @@ fn rdb_shutdown_save_restart_keeps_live_holds() {
 
 #[test]
 fn debug_reload_keeps_live_holds() {
-    let s = start();
+    let s = debug_server();
     let mut c = conn(&s);
     let fx = populate(&mut c);
     // Reload once with the short leases alive, once after they ended.
@@ -237,7 +236,9 @@ fn forge_future_tokens(s: &mut Server, opts: Options) -> (i64, i64) {
 }
 
 fn aof_opts(fsync: &str) -> Options {
-    opts().arg("appendonly", "yes").arg("appendfsync", fsync)
+    debug_opts()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", fsync)
 }
 
 /// Deletes the forged keys, so only the server-wide high-water mark remembers their tokens.
@@ -274,7 +275,7 @@ fn rdb_restart_keeps_token_high_water_of_deleted_keys() {
     save(&mut c);
     // Restart from the RDB file alone.
     s.kill9();
-    s.restart(Some(opts()));
+    s.restart(Some(debug_opts()));
     let mut c = conn(&s);
     assert_eq!(dbsize(&mut c), 0);
     assert!(
@@ -543,7 +544,7 @@ fn waiter_gets_it_at_lapse(s: &Server, db: i64, key: &str, old: i64, deadline: i
         db,
         &["RWLOCK.WLOCK", key, "waiter", "10000", "WAIT", "10000"],
     );
-    wait_for_waiters(&mut c, waiting + 1);
+    await_lease_waiters(&mut c, waiting + 1);
     assert!(
         now_ms() < deadline,
         "{key}: parked too late to test the hand-off"
@@ -589,7 +590,7 @@ fn restore(c: &mut Connection, key: &str, payload: &[u8], replace: bool) {
 
 #[test]
 fn dump_restore_keeps_holders_tokens_and_lapses() {
-    let s = start();
+    let s = debug_server();
     let mut c = conn(&s);
     let fx = populate(&mut c);
     for (k, before) in &fx.locks {
@@ -648,14 +649,14 @@ fn dump_restore_keeps_holders_tokens_and_lapses() {
     );
     waiter_gets_it_at_lapse(&s, 0, "lk:ds:waited", old, deadline);
     let gone = eventually(Duration::from_secs(5), || {
-        !exists(&mut c, "lk:ds:alone") && !exists(&mut c, "lk:ds")
+        exists(&mut c, "lk:ds:alone") == 0 && exists(&mut c, "lk:ds") == 0
     });
     assert!(gone, "restored key with a lapsed lease still exists");
 }
 
 #[test]
 fn copy_keeps_holders_and_tokens_also_into_another_db() {
-    let s = start();
+    let s = debug_server();
     let mut c = conn(&s);
     let mut c1 = conn_db(&s, 1);
     let fx = populate(&mut c);
@@ -738,7 +739,7 @@ fn copy_keeps_holders_and_tokens_also_into_another_db() {
         0,
         &["RWLOCK.WLOCK", "lk:cs2", "waiter", "10000", "WAIT", "10000"],
     );
-    wait_for_waiters(&mut c, 1);
+    await_lease_waiters(&mut c, 1);
     waiter_gets_it_at_lapse(&s, 1, "lk:cs", old, deadline);
     let t0 = h0
         .join()
@@ -747,15 +748,15 @@ fn copy_keeps_holders_and_tokens_also_into_another_db() {
         .expect("WAIT-er on the db 0 copy");
     assert!(t0 > old);
     let gone = eventually(Duration::from_secs(5), || {
-        !exists(&mut c1, "lk:cs-alone") && !exists(&mut c, "lk:cs")
+        exists(&mut c1, "lk:cs-alone") == 0 && exists(&mut c, "lk:cs") == 0
     });
     assert!(gone, "copies with a lapsed lease still exist");
 }
 
 #[test]
 fn migrate_to_a_second_server_keeps_holders_and_tokens() {
-    let a = start();
-    let b = start();
+    let a = debug_server();
+    let b = debug_server();
     let mut ca = conn(&a);
     let mut cb = conn(&b);
     let fx = populate(&mut ca);
@@ -780,7 +781,7 @@ fn migrate_to_a_second_server_keeps_holders_and_tokens() {
             true,
         );
         assert_eq!(
-            exists(&mut ca, k),
+            exists(&mut ca, k) == 1,
             copy,
             "MIGRATE {k} (COPY: {copy}) on the source"
         );
@@ -812,7 +813,11 @@ fn migrate_to_a_second_server_keeps_holders_and_tokens() {
 /// Waiters are connections: a restart keeps the holders of a key that had waiters (which had
 /// no Redis expiry then), drops the waiters, and prunes a lapsed lease of such a key by itself.
 fn waiters_are_not_persisted(aof: bool) {
-    let o = if aof { aof_opts("always") } else { opts() };
+    let o = if aof {
+        aof_opts("always")
+    } else {
+        debug_opts()
+    };
     let mut s = Server::with(o);
     let mut c = conn(&s);
     let tl = wlock(&mut c, "lk:waited", "holder", LONG_TTL).unwrap();
@@ -841,7 +846,7 @@ fn waiters_are_not_persisted(aof: bool) {
             &["LEADER.CAMPAIGN", "el:waited", "c2", "60000", "WAIT", "0"],
         ),
     ];
-    wait_for_waiters(&mut c, 3);
+    await_lease_waiters(&mut c, 3);
     assert_eq!(lock_info(&mut c, "lk:waited").waiters, 1);
     if !aof {
         save(&mut c);
@@ -869,7 +874,7 @@ fn waiters_are_not_persisted(aof: bool) {
         "{what}: lapsed lease revived: {short:?}"
     );
     let gone = eventually(Duration::from_secs(5), || {
-        !exists(&mut c, "lk:waited-short")
+        exists(&mut c, "lk:waited-short") == 0
     });
     assert!(
         gone,
@@ -879,11 +884,11 @@ fn waiters_are_not_persisted(aof: bool) {
     // With no waiter left, releasing the last hold removes the key.
     assert_eq!(unlock(&mut c, "lk:waited", "holder"), 1);
     assert!(
-        !exists(&mut c, "lk:waited"),
+        exists(&mut c, "lk:waited") == 0,
         "{what}: key left after the last UNLOCK"
     );
     assert_eq!(resign(&mut c, "el:waited", "c1"), 1);
-    assert!(!exists(&mut c, "el:waited"));
+    assert!(exists(&mut c, "el:waited") == 0);
     let t = wlock(&mut c, "lk:waited-short", "new", 1000).unwrap();
     assert!(t > ts);
 }
@@ -901,7 +906,7 @@ fn aof_restart_keeps_holders_of_keys_with_waiters_but_not_the_waiters() {
 /// RENAME and MOVE carry a lock key's holders and tokens to the new name or database.
 #[test]
 fn rename_and_move_keep_holders_and_tokens() {
-    let s = start();
+    let s = debug_server();
     let mut c = conn(&s);
     let mut c1 = conn_db(&s, 1);
     let fx = populate(&mut c);
@@ -930,7 +935,7 @@ fn rename_and_move_keep_holders_and_tokens() {
 /// After RENAME or MOVE, the lease of the moved key still lapses by itself and hands the lock
 /// to a WAIT-er on the new name.
 fn lapse_after(cmd: &[&str], db: i64, key: &str) {
-    let s = start();
+    let s = debug_server();
     let mut c = conn(&s);
     let (old, deadline) = short_writer(&mut c, "k", 1500);
     let mut r = redis::cmd(cmd[0]);

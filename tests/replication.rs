@@ -3,13 +3,12 @@
 //! live stream, never changes state on its own, refuses writes, and once promoted keeps the
 //! holders, takes over the lapse timers and hands out tokens above any the old master gave.
 
-mod support;
+mod fixture;
 
 use std::time::Duration;
 
-use redis::Connection;
-use redis_lease_testkit::Server;
-use support::*;
+use fixture::*;
+use redis_lease_testkit::prelude::*;
 
 /// Every key `populate` touches.
 const LOCK_KEYS: &[&str] = &[
@@ -62,7 +61,7 @@ fn eventually_same(
 }
 
 fn pair() -> (Server, Server) {
-    let master = start();
+    let master = debug_server();
     let replica = start_replica(&master);
     sync(&master, &replica);
     (master, replica)
@@ -85,7 +84,7 @@ fn assert_replica_decided_nothing(r: &mut Connection, what: &str) {
 
 #[test]
 fn full_sync_brings_existing_holds_to_a_new_replica() {
-    let master = start();
+    let master = debug_server();
     let mut m = conn(&master);
     // Short leases long enough to outlive the replica's first connection (made by the
     // replication cron, up to a second after start) and the full sync.
@@ -192,12 +191,12 @@ fn live_stream_replicates_every_effect() {
         &master,
         &["RWLOCK.RLOCK", "k3", "x1", "60000", "WAIT", "10000"],
     );
-    wait_for_waiters(&mut m, 1);
+    await_lease_waiters(&mut m, 1);
     let w2 = spawn_wait(
         &master,
         &["RWLOCK.RLOCK", "k3", "x2", "60000", "WAIT", "10000"],
     );
-    wait_for_waiters(&mut m, 2);
+    await_lease_waiters(&mut m, 2);
     same(&["k3"], &[], "writer with two waiters");
     assert_eq!(unlock(&mut m, "k3", "h"), 1);
     let t1 = w1.join().unwrap().unwrap().expect("x1 granted");
@@ -213,7 +212,7 @@ fn live_stream_replicates_every_effect() {
         &master,
         &["LEADER.CAMPAIGN", "e", "c3", "60000", "WAIT", "10000"],
     );
-    wait_for_waiters(&mut m, 1);
+    await_lease_waiters(&mut m, 1);
     assert_eq!(resign(&mut m, "e", "c2"), 1);
     let term3 = w.join().unwrap().unwrap().expect("c3 elected");
     assert!(term3 > term2);
@@ -235,7 +234,7 @@ fn live_stream_replicates_every_effect() {
         &master,
         &["RWLOCK.WLOCK", "k6", "next", "60000", "WAIT", "10000"],
     );
-    wait_for_waiters(&mut m, 1);
+    await_lease_waiters(&mut m, 1);
     same(&["k4", "k5", "k6"], &[], "short leases");
     let tn = w
         .join()
@@ -247,7 +246,7 @@ fn live_stream_replicates_every_effect() {
     sleep_until(deadline, 100);
     same(&["k4", "k5", "k6"], &[], "after lapses");
     assert_eq!(dbsize(&mut r), dbsize(&mut m));
-    assert!(!exists(&mut r, "k5"));
+    assert!(exists(&mut r, "k5") == 0);
     let k4 = lock_info(&mut r, "k4");
     assert_eq!(k4.holders.len(), 1);
     assert_eq!(k4.holders[0].owner, "long");
@@ -420,7 +419,7 @@ fn promotion_keeps_holders_and_takes_over_lapses_and_tokens() {
         &replica,
         &["RWLOCK.WLOCK", "lk:short", "next", "60000", "WAIT", "10000"],
     );
-    wait_for_waiters(&mut r, 1);
+    await_lease_waiters(&mut r, 1);
     let tn = w
         .join()
         .unwrap()
@@ -436,8 +435,8 @@ fn promotion_keeps_holders_and_takes_over_lapses_and_tokens() {
     );
     // The other short holds lapse by themselves.
     let pruned = eventually(Duration::from_secs(5), || {
-        !exists(&mut r, "lk:short-r")
-            && !exists(&mut r, "el:short")
+        exists(&mut r, "lk:short-r") == 0
+            && exists(&mut r, "el:short") == 0
             && lock_info(&mut r, "lk:mixed").holders.len() == 1
             && info_int(&mut r, "lease", "lease_holders") == fx.live_holders + 1
             && dbsize(&mut r) == fx.live_keys + 1
@@ -513,7 +512,7 @@ fn promotion_after_missed_grants_still_hands_out_higher_tokens() {
         lock_info(&mut r, "k").holders.is_empty(),
         "the replica saw the missed grant"
     );
-    assert!(!exists(&mut r, "k-only-on-master"));
+    assert!(exists(&mut r, "k-only-on-master") == 0);
     assert!(
         leader(&mut r, "e").is_none(),
         "the replica saw the missed election"
@@ -592,8 +591,12 @@ fn promotion_prunes_leases_that_lapsed_while_a_replica() {
 /// both match the master.
 #[test]
 fn replica_aof_and_sub_replica_match_the_master() {
-    let master = start();
-    let mut replica = Server::with(opts().arg("appendonly", "yes").arg("appendfsync", "always"));
+    let master = debug_server();
+    let mut replica = Server::with(
+        debug_opts()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always"),
+    );
     replicate_from(&replica, &master);
     sync(&master, &replica);
     let sub = start_replica(&replica);

@@ -3,15 +3,12 @@
 //! fairness under contention. Each test starts its own server; each waiter has its own
 //! connection.
 
-#[macro_use]
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
-use common::*;
+use redis_lease_testkit::prelude::*;
 
 const LONG: i64 = 60_000;
 /// A WAIT long enough never to run out during a test.
@@ -94,9 +91,11 @@ fn wait_times_out_with_nil() {
         300,
     );
     // The timed-out waiters left their queues; nothing was granted to them.
-    let ok = eventually(Duration::from_secs(5), || info(&mut c, "k").waiters == 0);
-    assert!(ok, "{:?}", info(&mut c, "k"));
-    assert_eq!(info(&mut c, "k").owners(), ["holder"]);
+    let ok = eventually(Duration::from_secs(5), || {
+        lock_info(&mut c, "k").waiters == 0
+    });
+    assert!(ok, "{:?}", lock_info(&mut c, "k"));
+    assert_eq!(lock_info(&mut c, "k").owners(), ["holder"]);
     let ok = eventually(Duration::from_secs(5), || {
         lease_info(&mut c)["lease_waiters"] == "0"
     });
@@ -121,11 +120,14 @@ fn wait_zero_waits_without_limit() {
     send!(w2, "LEADER.CAMPAIGN", "e", "b", LONG, "WAIT", 0);
     await_waiters(&mut c, "k", 1);
     sleep(Duration::from_millis(1200));
-    assert_eq!(info(&mut c, "k").waiters, 1, "WAIT 0 gave up");
+    assert_eq!(lock_info(&mut c, "k").waiters, 1, "WAIT 0 gave up");
     assert_eq!(lease_info(&mut c)["lease_waiters"], "2");
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "holder")), 1);
     let t = token(&recv(&mut w1));
-    assert_eq!(info(&mut c, "k").holder("a", "write").unwrap().token, t);
+    assert_eq!(
+        lock_info(&mut c, "k").holder("a", "write").unwrap().token,
+        t
+    );
     assert_eq!(int(&r!(c, "LEADER.RESIGN", "e", "leader")), 1);
     let term = token(&recv(&mut w2));
     let cur = r!(c, "LEADER.CURRENT", "e");
@@ -173,7 +175,7 @@ fn writers_are_granted_in_arrival_order() {
             assert_eq!(int(&r!(w, "RWLOCK.UNLOCK", "k", format!("w{i}"))), 1);
         }));
     }
-    assert_eq!(info(&mut c, "k").owners(), ["holder"]);
+    assert_eq!(lock_info(&mut c, "k").owners(), ["holder"]);
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "holder")), 1);
     for w in workers {
         w.join().unwrap();
@@ -235,18 +237,18 @@ fn a_new_reader_does_not_overtake_a_queued_writer() {
     await_waiters(&mut c, "k", 2);
     // A current holder's reentrant request is not a new request: granted at once.
     assert_eq!(token(&r!(c, "RWLOCK.RLOCK", "k", "a", LONG)), ta);
-    assert_eq!(info(&mut c, "k").holder("a", "read").unwrap().count, 2);
+    assert_eq!(lock_info(&mut c, "k").holder("a", "read").unwrap().count, 2);
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "a")), 1);
     let tw = token(&recv(&mut w));
     assert!(tw > ta);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!((i.mode.as_str(), i.waiters), ("write", 1), "{i:?}");
     assert_eq!(i.owners(), ["w"]);
     assert_eq!(int(&r!(w, "RWLOCK.UNLOCK", "k", "w")), 1);
     let tr = token(&recv(&mut r));
     assert!(tr > tw);
-    assert_eq!(info(&mut c, "k").owners(), ["r"]);
+    assert_eq!(lock_info(&mut c, "k").owners(), ["r"]);
 }
 
 #[test]
@@ -274,7 +276,7 @@ fn a_run_of_readers_at_the_head_is_granted_together() {
     for (_, x) in conns.iter_mut().take(3) {
         tokens.push(token(&recv(x)));
     }
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "read");
     assert_eq!(i.owners(), ["r1", "r2", "r3"]);
     assert_eq!(i.waiters, 2, "the writer and r4 still wait");
@@ -282,15 +284,15 @@ fn a_run_of_readers_at_the_head_is_granted_together() {
     for o in ["r1", "r2"] {
         assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", o)), 1);
     }
-    assert_eq!(info(&mut c, "k").waiters, 2);
+    assert_eq!(lock_info(&mut c, "k").waiters, 2);
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "r3")), 1);
     let tw = token(&recv(&mut conns[3].1));
     assert!(tw > tokens[2]);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!((i.mode.as_str(), i.waiters), ("write", 1));
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "w")), 1);
     token(&recv(&mut conns[4].1));
-    assert_eq!(info(&mut c, "k").owners(), ["r4"]);
+    assert_eq!(lock_info(&mut c, "k").owners(), ["r4"]);
 }
 
 #[test]
@@ -307,7 +309,7 @@ fn a_waiting_upgrade_is_granted_and_a_second_one_is_a_deadlock() {
     assert!(t0.elapsed() < Duration::from_secs(2), "not at once");
     let e = err(&v);
     assert!(e.starts_with("DEADLOCK"), "{e}");
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.owners(), ["a", "b"]);
     assert_eq!(i.waiters, 1);
     // A new reader waits behind the upgrade.
@@ -315,7 +317,7 @@ fn a_waiting_upgrade_is_granted_and_a_second_one_is_a_deadlock() {
     assert_eq!(int(&r!(b, "RWLOCK.UNLOCK", "k", "b")), 1);
     let tu = token(&recv(&mut a));
     assert!(tu > ta, "the upgrade is a new grant");
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.mode, "write");
     assert_eq!(i.holder("a", "write").unwrap().count, 1);
     assert_eq!(i.holder("a", "read").unwrap().count, 1);
@@ -402,12 +404,12 @@ fn a_lapsed_lease_is_handed_to_its_waiter_without_any_other_command() {
             300,
             &|c| {
                 token(&r!(c, "RWLOCK.WLOCK", &key, "h", 300));
-                info(c, &key).holder("h", "write").unwrap().ttl
+                lock_info(c, &key).holder("h", "write").unwrap().ttl
             },
             &|w| send!(w, "RWLOCK.WLOCK", &k2, "w", LONG, "WAIT", PATIENT),
         );
         late.push(l);
-        let i = info(&mut c, &key);
+        let i = lock_info(&mut c, &key);
         assert_eq!(i.owners(), ["w"]);
     }
     let mut leader = Vec::new();
@@ -501,7 +503,7 @@ fn a_waiter_that_leaves_is_never_granted() {
     // The next in line is w3.
     assert_eq!(int(&r!(c, "RWLOCK.UNLOCK", "k", "h")), 1);
     let t3 = token(&recv(&mut ws[2].0));
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.owners(), ["w3"], "{i:?}");
     assert_eq!(i.holder("w3", "write").unwrap().token, t3);
     assert_eq!(i.waiters, 0);
@@ -551,7 +553,7 @@ fn a_waiter_that_leaves_at_the_head_lets_the_next_one_in_when_free() {
         "reader behind a departed writer granted after {:?}",
         t0.elapsed()
     );
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!(i.owners(), ["a", "r"]);
     assert_eq!(i.waiters, 0);
 }
@@ -612,7 +614,7 @@ fn del_flushall_and_rename_answer_the_waiters() {
     assert_gone(&mut w1);
     assert_gone(&mut w2);
     assert_eq!(lease_info(&mut c)["lease_waiters"], "0");
-    let i = info(&mut c, "k2");
+    let i = lock_info(&mut c, "k2");
     assert_eq!(i.owners(), ["h"]);
     assert_eq!(i.holder("h", "write").unwrap().token, th);
     // (Its waiter count: see renamed_key_keeps_no_stale_waiters.)
@@ -638,7 +640,7 @@ fn renamed_key_keeps_no_stale_waiters() {
     assert_eq!(text(&r!(c, "RENAME", "k", "k2")), "OK");
     assert_gone(&mut w1);
     assert_gone(&mut w2);
-    let i = info(&mut c, "k2");
+    let i = lock_info(&mut c, "k2");
     assert_eq!(
         i.waiters, 0,
         "RENAME k k2 with 2 answered waiters: INFO k2 {i:?}"
@@ -649,7 +651,7 @@ fn renamed_key_keeps_no_stale_waiters() {
         gone,
         "k2 outlived its only lease: PTTL {:?}, INFO {:?}",
         r!(c, "PTTL", "k2"),
-        info(&mut c, "k2")
+        lock_info(&mut c, "k2")
     );
 }
 
@@ -683,7 +685,13 @@ fn wait_does_not_block_in_multi_or_scripts() {
         "MULTI blocked: {:?}",
         t0.elapsed()
     );
-    assert_eq!(info(&mut c, "free").holder("w", "write").unwrap().token, tf);
+    assert_eq!(
+        lock_info(&mut c, "free")
+            .holder("w", "write")
+            .unwrap()
+            .token,
+        tf
+    );
 
     let t0 = Instant::now();
     for (script, key) in [
@@ -716,7 +724,7 @@ fn wait_does_not_block_in_multi_or_scripts() {
         "free2"
     );
     token(&v);
-    let i = info(&mut c, "k");
+    let i = lock_info(&mut c, "k");
     assert_eq!((i.owners(), i.waiters), (vec!["h".to_string()], 0));
     assert_eq!(lease_info(&mut c)["lease_waiters"], "0");
     assert_eq!(lease_info(&mut c)["lease_waits"], "0");
@@ -746,7 +754,7 @@ fn max_waiters_limits_each_queue() {
         is_nil(&r!(w3, "RWLOCK.WLOCK", "k", "w3", LONG)),
         "no WAIT: plain nil"
     );
-    assert_eq!(info(&mut c, "k").waiters, 2);
+    assert_eq!(lock_info(&mut c, "k").waiters, 2);
     // Another key has its own queue.
     token(&r!(c, "RWLOCK.WLOCK", "k2", "h", LONG));
     send!(w3, "RWLOCK.WLOCK", "k2", "w3", LONG, "WAIT", PATIENT);

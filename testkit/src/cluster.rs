@@ -2,19 +2,11 @@
 //! with `redis-cli --cluster create`. Nodes are stopped (by pid) when the cluster is dropped.
 
 use std::process::Command;
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::{Options, Server};
-
-/// Polls `ok` every 100 ms until it holds; panics after `limit`.
-pub fn until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        sleep(Duration::from_millis(100));
-    }
-}
+use crate::info::info_field;
+use crate::poll::until;
+use crate::server::{Options, Server};
 
 /// One line of `CLUSTER NODES`.
 #[derive(Clone, Debug)]
@@ -52,16 +44,6 @@ pub fn cluster_nodes(conn: &mut redis::Connection) -> Vec<NodeLine> {
             }
         })
         .collect()
-}
-
-/// A field of `INFO section`.
-pub fn info_field(conn: &mut redis::Connection, section: &str, field: &str) -> String {
-    let text: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or("")
-        .trim()
-        .to_string()
 }
 
 pub struct Cluster {
@@ -162,7 +144,7 @@ impl Cluster {
             .query(&mut rconn)
             .unwrap();
         until(Duration::from_secs(30), "the replica to take over", || {
-            info_field(&mut rconn, "replication", "role") == "master"
+            info_field(&mut rconn, "replication", "role").as_deref() == Some("master")
         });
         until(Duration::from_secs(30), "the cluster to agree", || {
             self.owner_of(key).id == replica.id

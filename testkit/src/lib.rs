@@ -1,258 +1,50 @@
-//! Starts real `redis-server` processes with the redis-lease module loaded, on free loopback
-//! ports, each in its own temporary directory, and stops them (by pid) when dropped.
+//! The test kit of redis-lease: real `redis-server` processes with the module loaded, on free
+//! loopback ports, and what tests need to talk to them.
 //!
-//! Environment: `REDIS_SERVER` names the server binary (default `redis-server`; Valkey's
-//! `valkey-server` works too); `REDIS_LEASE_MODULE` the module (default: the workspace's
-//! `target/release/libredis_lease.so`, which `make` builds).
+//! * `server`: `Server`, `Options`, connections with a read timeout (`conn`), signals.
+//! * `module`: which module `.so` is loaded; a stale one (older than `src/`) is refused.
+//! * `raw`: `r!` / `send!` (a command's raw reply), `recv`, `exec_args`, `resp`.
+//! * `reply`: decoders of raw replies (`int`, `token`, `err`, `text`, `array`, `pairs`, ...).
+//! * `poll`: bounded waiting (`eventually`, `until`) and the local clock (`now_ms`).
+//! * `info`: `INFO` fields (`info_field`, `info_int`, `lease_info`).
+//! * `state`: a key's holders, tokens and leader, comparable across servers and moments.
+//! * `cmd`: the module's commands as typed calls; blocking requests on their own thread.
+//! * `replica`, `aof`, `cluster`: replication, AOF files, a real Redis Cluster.
+//! * `stats`: percentiles of measured samples.
+//!
+//! Tests usually `use redis_lease_testkit::prelude::*;`.
 
+pub mod aof;
 pub mod cluster;
+pub mod cmd;
+pub mod info;
+pub mod module;
+pub mod poll;
+pub mod raw;
+pub mod replica;
+pub mod reply;
+pub mod server;
+pub mod state;
+pub mod stats;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+/// The redis-rs crate the kit is built on (the macros name it through here).
+pub use redis;
 
-/// The module the servers load.
-pub fn module_path() -> PathBuf {
-    if let Ok(p) = std::env::var("REDIS_LEASE_MODULE") {
-        return PathBuf::from(p);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join("target"));
-    let p = target.join("release/libredis_lease.so");
-    if p.exists() {
-        p
-    } else {
-        root.join("target/release/libredis_lease.so")
-    }
-}
+pub use module::module_path;
+pub use server::{free_port, server_binary, Options, Server};
 
-/// The server binary.
-pub fn server_binary() -> String {
-    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
-}
-
-/// A free TCP port on 127.0.0.1 (the OS picks it; a race with another process is possible,
-/// so `Server::start` retries on a failed start).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
-}
-
-/// How to start a server.
-#[derive(Clone, Debug, Default)]
-pub struct Options {
-    /// Extra `--name value` arguments for redis-server (e.g. `["--appendonly", "yes"]`).
-    pub args: Vec<String>,
-    /// Arguments after the module path on the `loadmodule` line (e.g. `["max-ttl", "5000"]`).
-    pub module_args: Vec<String>,
-    /// Start without the module.
-    pub no_module: bool,
-}
-
-impl Options {
-    pub fn arg(mut self, name: &str, value: &str) -> Self {
-        self.args.push(format!("--{name}"));
-        self.args.extend(value.split(' ').map(str::to_string));
-        self
-    }
-    pub fn module_arg(mut self, name: &str, value: &str) -> Self {
-        self.module_args.push(name.to_string());
-        self.module_args.push(value.to_string());
-        self
-    }
-}
-
-/// A running redis-server. Dropping it kills the process (by its pid) and removes its directory.
-pub struct Server {
-    pub port: u16,
-    pub opts: Options,
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-}
-
-impl Server {
-    /// A server with the module and default settings.
-    pub fn start() -> Server {
-        Server::with(Options::default())
-    }
-
-    pub fn with(opts: Options) -> Server {
-        let dir = tempfile::Builder::new()
-            .prefix("redis-lease-test-")
-            .tempdir()
-            .expect("tempdir");
-        let mut s = Server {
-            port: 0,
-            opts,
-            child: None,
-            dir,
-        };
-        let mut last_err = String::new();
-        // A port found free may be taken before the server binds it: try a few.
-        for _ in 0..5 {
-            s.port = free_port();
-            match s.spawn() {
-                Ok(()) => return s,
-                Err(e) => last_err = e,
-            }
-        }
-        panic!("redis-server did not start: {last_err}");
-    }
-
-    /// The directory holding the server's RDB/AOF files and log.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("client")
-    }
-
-    /// A new synchronous connection.
-    pub fn conn(&self) -> redis::Connection {
-        self.client().get_connection().expect("connect")
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
-    /// The server's log so far (for failure messages).
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir().join("redis.log")).unwrap_or_default()
-    }
-
-    fn spawn(&mut self) -> Result<(), String> {
-        let mut cmd = Command::new(server_binary());
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg("redis.log")
-            .arg("--save")
-            .arg("")
-            .arg("--daemonize")
-            .arg("no")
-            .arg("--protected-mode")
-            .arg("yes");
-        if !self.opts.no_module {
-            let module = module_path();
-            if !module.exists() {
-                return Err(format!(
-                    "module {} not built: run `make` first",
-                    module.display()
-                ));
-            }
-            cmd.arg("--loadmodule").arg(&module);
-            cmd.args(&self.opts.module_args);
-        }
-        cmd.args(&self.opts.args);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", server_binary()))?;
-        self.child = Some(child);
-        // Under valgrind a server takes far longer to start.
-        let limit = if std::env::var_os("REDIS_LEASE_SLOW").is_some() {
-            120
-        } else {
-            20
-        };
-        self.wait_ready(Duration::from_secs(limit))
-    }
-
-    /// Waits until the server answers PING (and is done loading).
-    pub fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
-        let start = Instant::now();
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(format!(
-                        "redis-server exited ({status}); log:\n{}",
-                        self.log()
-                    ));
-                }
-            }
-            if let Ok(mut c) = self
-                .client()
-                .get_connection_with_timeout(Duration::from_millis(500))
-            {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return Ok(());
-                }
-            }
-            if start.elapsed() > limit {
-                return Err(format!(
-                    "redis-server not ready in {limit:?}; log:\n{}",
-                    self.log()
-                ));
-            }
-            sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Stops the server with SIGKILL (no shutdown save) and waits for it to exit.
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Stops the server the polite way: `SHUTDOWN` (with `NOSAVE` unless `save`).
-    pub fn shutdown(&mut self, save: bool) {
-        if let Ok(mut c) = self.client().get_connection() {
-            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN")
-                .arg(if save { "SAVE" } else { "NOSAVE" })
-                .query(&mut c);
-        }
-        if let Some(mut child) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                sleep(Duration::from_millis(10));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts the server again on the same port and directory (after `kill9` or `shutdown`),
-    /// optionally with other options.
-    pub fn restart(&mut self, opts: Option<Options>) {
-        self.kill9();
-        if let Some(o) = opts {
-            self.opts = o;
-        }
-        self.spawn()
-            .unwrap_or_else(|e| panic!("restart failed: {e}"));
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Under valgrind (REDIS_LEASE_GRACEFUL=1) a clean SHUTDOWN lets it report leaks.
-        if std::env::var_os("REDIS_LEASE_GRACEFUL").is_some() {
-            self.shutdown(false);
-        }
-        self.kill9();
-    }
+/// Everything a test usually needs, for a glob import.
+pub mod prelude {
+    pub use crate::aof::*;
+    pub use crate::cmd::*;
+    pub use crate::info::*;
+    pub use crate::poll::*;
+    pub use crate::raw::*;
+    pub use crate::replica::*;
+    pub use crate::reply::*;
+    pub use crate::server::*;
+    pub use crate::state::*;
+    pub use crate::stats::*;
+    pub use crate::{r, send};
+    pub use redis::{Connection, Value};
 }

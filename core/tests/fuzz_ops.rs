@@ -4,22 +4,18 @@
 //! `alive` oracle, a key driven as a lock and as an election) must never panic: inside Redis a
 //! panic kills the server. Every operation runs under `catch_unwind`; a panic fails the test
 //! with the seed, the operation's number and the operation itself.
-//!
-//! Known bug (see `model.rs`, `tokens_do_not_overflow_at_the_top_of_the_range`): once the token
-//! high-water mark is u64::MAX, `Tokens::issue` overflows. `fuzz_ops_do_not_panic` tolerates
-//! exactly that panic (in tokens.rs, "overflow"), resets the state and counts it;
-//! `fuzz_ops_do_not_panic_strict` does not, and is ignored until the bug is fixed.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+mod harness;
+
+use std::cell::RefCell;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Once};
 use std::time::Duration;
 
+use harness::{request, Oracle, World, START};
 use redis_lease_core::{
-    Acquire, Changes, DropReason, Effect, Election, Env, Hold, Lock, LockError, Mode, Request,
-    RwLock, Tokens,
+    Acquire, Changes, DropReason, Effect, Election, Hold, Lock, LockError, Mode, RwLock, Tokens,
 };
 
 /// Operations per run (two runs with different seeds in the default suite).
@@ -237,11 +233,7 @@ impl FuzzEffect {
 struct State {
     owners: Vec<Vec<u8>>,
     slots: Vec<Lock>,
-    tokens: Tokens,
-    now: u64,
-    dead: HashSet<u64>,
-    oracle: u8,
-    next_id: u64,
+    world: World,
     /// Replica of slot 0, fed with every effect of slot 0.
     replica: Lock,
     replica_tokens: Tokens,
@@ -264,11 +256,7 @@ impl State {
         State {
             owners: owners(),
             slots: (0..SLOTS).map(|_| Lock::default()).collect(),
-            tokens: Tokens::new(),
-            now: 1_700_000_000_000,
-            dead: HashSet::new(),
-            oracle: 0,
-            next_id: 1,
+            world: World::at(START),
             replica: Lock::default(),
             replica_tokens: Tokens::new(),
             stats: Stats::default(),
@@ -286,8 +274,7 @@ impl State {
                 rng.below(n) as usize
             }
         };
-        self.next_id += 1;
-        let id = rng.id(self.next_id);
+        let id = rng.id(self.world.next_id());
         let wait = if rng.chance(60) { Some(id) } else { None };
         match rng.below(100) {
             0..=2 => Op::SetClock(match rng.below(24) {
@@ -296,11 +283,11 @@ impl State {
                 2 => u64::MAX / 1000 + rng.below(3),
                 3 => 0,
                 4 => rng.next(),
-                5..=8 => self.now.saturating_sub(rng.below(1000)),
+                5..=8 => self.world.now.saturating_sub(rng.below(1000)),
                 _ => 1_700_000_000_000 + rng.below(1_000_000),
             }),
             // Huge clocks do not last: most runs stay in a realistic range.
-            3..=12 if self.now >= u64::MAX / 1000 && rng.chance(50) => {
+            3..=12 if self.world.now >= u64::MAX / 1000 && rng.chance(50) => {
                 Op::SetClock(1_700_000_000_000 + rng.below(1_000_000))
             }
             3..=12 => Op::Advance(match rng.below(200) {
@@ -346,7 +333,7 @@ impl State {
                     0 => FuzzEffect::Grant {
                         owner,
                         mode: rng.mode(),
-                        deadline: rng.ttl().wrapping_add(self.now),
+                        deadline: rng.ttl().wrapping_add(self.world.now),
                         token: rng.token(),
                     },
                     1 => FuzzEffect::Release { owner },
@@ -356,7 +343,7 @@ impl State {
                     },
                     _ => FuzzEffect::Renew {
                         owner,
-                        deadline: rng.ttl().wrapping_add(self.now),
+                        deadline: rng.ttl().wrapping_add(self.world.now),
                     },
                 };
                 Op::Apply { slot, effect }
@@ -367,7 +354,7 @@ impl State {
                 hold: Hold {
                     reads: [0, 1, 2, u32::MAX][rng.below(4) as usize],
                     writes: [0, 1, u32::MAX][rng.below(3) as usize],
-                    deadline: rng.ttl().wrapping_add(self.now),
+                    deadline: rng.ttl().wrapping_add(self.world.now),
                     token: rng.token(),
                 },
             },
@@ -380,7 +367,7 @@ impl State {
                 key_last: rng.token(),
             },
             90..=92 => Op::Delete { slot },
-            93..=97 => Op::Kill(rng.id(self.next_id)),
+            93..=97 => Op::Kill(rng.id(self.world.last_id())),
             _ => Op::Oracle(rng.below(4) as u8),
         }
     }
@@ -389,38 +376,18 @@ impl State {
         let State {
             owners,
             slots,
-            tokens,
-            now,
-            dead,
-            oracle,
+            world,
             replica,
             replica_tokens,
             stats,
             ..
         } = self;
-        let calls = Cell::new(0u64);
-        let mode = *oracle;
-        let alive = |id: u64| match mode {
-            0 => !dead.contains(&id),
-            1 => true,
-            2 => false,
-            // Flaky: a different answer on every call.
-            _ => {
-                calls.set(calls.get() + 1);
-                (calls.get() ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 != 0
-            }
-        };
-        let mut env = Env {
-            now: *now,
-            round_up: false,
-            tokens,
-            alive: &alive,
-        };
+        let now = world.now;
         let o = |i: &usize| owners[*i].as_slice();
         let mut out: Option<(usize, Changes)> = None;
         match op {
-            Op::SetClock(t) => *now = *t,
-            Op::Advance(ms) => *now = now.saturating_add(*ms),
+            Op::SetClock(t) => world.now = *t,
+            Op::Advance(ms) => world.now = now.saturating_add(*ms),
             Op::Lock {
                 slot,
                 owner,
@@ -430,21 +397,15 @@ impl State {
                 max_waiters,
             } => {
                 let mut l = RwLock(std::mem::take(&mut slots[*slot]));
-                let req = Request {
-                    owner: o(owner),
-                    mode: *mode,
-                    ttl: *ttl,
-                    wait: *wait,
-                    max_waiters: *max_waiters,
-                };
-                let (c, r) = l.lock(&req, &mut env);
+                let req = request(o(owner), *mode, *ttl, *wait, *max_waiters);
+                let (c, r) = l.lock(&req, &mut world.env());
                 count(stats, r);
                 slots[*slot] = l.0;
                 out = Some((*slot, c));
             }
             Op::Unlock { slot, owner } => {
                 let mut l = RwLock(std::mem::take(&mut slots[*slot]));
-                let (c, _) = l.unlock(o(owner), &mut env);
+                let (c, _) = l.unlock(o(owner), &mut world.env());
                 slots[*slot] = l.0;
                 out = Some((*slot, c));
             }
@@ -457,11 +418,11 @@ impl State {
                 let lock = std::mem::take(&mut slots[*slot]);
                 let (lock, c) = if *election {
                     let mut e = Election(lock);
-                    let (c, _) = e.renew(o(owner), *ttl, &mut env);
+                    let (c, _) = e.renew(o(owner), *ttl, &mut world.env());
                     (e.0, c)
                 } else {
                     let mut l = RwLock(lock);
-                    let (c, _) = l.renew(o(owner), *ttl, &mut env);
+                    let (c, _) = l.renew(o(owner), *ttl, &mut world.env());
                     (l.0, c)
                 };
                 slots[*slot] = lock;
@@ -471,11 +432,11 @@ impl State {
                 let lock = std::mem::take(&mut slots[*slot]);
                 let (lock, c) = if *election {
                     let mut e = Election(lock);
-                    let c = e.tick(&mut env);
+                    let c = e.tick(&mut world.env());
                     (e.0, c)
                 } else {
                     let mut l = RwLock(lock);
-                    let c = l.tick(&mut env);
+                    let c = l.tick(&mut world.env());
                     (l.0, c)
                 };
                 slots[*slot] = lock;
@@ -485,11 +446,11 @@ impl State {
                 let lock = std::mem::take(&mut slots[*slot]);
                 let (lock, c) = if *election {
                     let mut e = Election(lock);
-                    let (c, _) = e.cancel(*id, &mut env);
+                    let (c, _) = e.cancel(*id, &mut world.env());
                     (e.0, c)
                 } else {
                     let mut l = RwLock(lock);
-                    let (c, _) = l.cancel(*id, &mut env);
+                    let (c, _) = l.cancel(*id, &mut world.env());
                     (l.0, c)
                 };
                 slots[*slot] = lock;
@@ -503,31 +464,31 @@ impl State {
                 max_waiters,
             } => {
                 let mut e = Election(std::mem::take(&mut slots[*slot]));
-                let (c, r) = e.campaign(o(owner), *ttl, *wait, *max_waiters, &mut env);
+                let (c, r) = e.campaign(o(owner), *ttl, *wait, *max_waiters, &mut world.env());
                 count(stats, r);
                 if let Ok(Acquire::Granted(_)) = r {
-                    let _ = e.current(*now);
+                    let _ = e.current(now);
                 }
                 slots[*slot] = e.0;
                 out = Some((*slot, c));
             }
             Op::Resign { slot, owner } => {
                 let mut e = Election(std::mem::take(&mut slots[*slot]));
-                let (c, _) = e.resign(o(owner), &mut env);
+                let (c, _) = e.resign(o(owner), &mut world.env());
                 slots[*slot] = e.0;
                 out = Some((*slot, c));
             }
             Op::Inspect { slot, owner } => {
                 let l = &slots[*slot];
                 let mut n = 0usize;
-                n += l.live_holders(*now).count();
+                n += l.live_holders(now).count();
                 n += l
                     .holders()
                     .map(|h| h.hold.mode().as_str().len())
                     .sum::<usize>();
                 n += l.waiters().map(|w| w.owner.len()).sum::<usize>();
                 n += l.holder_count() + l.waiter_count();
-                let _ = (l.hold_of(o(owner), *now), l.mode(*now), l.is_empty(), n);
+                let _ = (l.hold_of(o(owner), now), l.mode(now), l.is_empty(), n);
                 let _ = (
                     l.next_deadline(),
                     l.last_deadline(),
@@ -535,22 +496,22 @@ impl State {
                     l.wakeup,
                 );
                 let e = Election(std::mem::take(&mut slots[*slot]));
-                let _ = e.current(*now).map(|h| h.hold.token);
+                let _ = e.current(now).map(|h| h.hold.token);
                 slots[*slot] = e.0;
                 let _ = format!("{:?}", slots[*slot]).len();
             }
             Op::Apply { slot, effect } => {
                 let e = effect.build(owners);
-                slots[*slot].apply(&e, tokens);
+                slots[*slot].apply(&e, &mut world.tokens);
                 if *slot == 0 {
                     replica.apply(&e, replica_tokens);
                 }
             }
             Op::Restore { slot, owner, hold } => slots[*slot].restore(o(owner), *hold),
             Op::ObserveToken { slot, token } => slots[*slot].observe_token(*token),
-            Op::TokensObserve(t) => tokens.observe(*t),
+            Op::TokensObserve(t) => world.tokens.observe(*t),
             Op::TokensIssue { key_last } => {
-                let _ = tokens.issue(*key_last, *now);
+                let _ = world.tokens.issue(*key_last, now);
             }
             Op::Delete { slot } => {
                 slots[*slot] = Lock::default();
@@ -558,10 +519,13 @@ impl State {
                     *replica = Lock::default();
                 }
             }
-            Op::Kill(id) => {
-                dead.insert(*id);
-            }
-            Op::Oracle(m) => *oracle = *m,
+            Op::Kill(id) => world.leave(*id),
+            Op::Oracle(m) => world.set_oracle(match m {
+                0 => Oracle::UnlessLeft,
+                1 => Oracle::AllAlive,
+                2 => Oracle::AllGone,
+                _ => Oracle::Flaky,
+            }),
         }
         if let Some((slot, changes)) = out {
             // Sanity checks on what any operation reports.
@@ -602,8 +566,7 @@ thread_local! {
     static LAST_PANIC: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
 }
 
-/// Records every panic's message and location for the thread that panicked, and stays quiet
-/// about the one known bug.
+/// Records every panic's message and location for the thread that panicked.
 fn install_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -620,22 +583,14 @@ fn install_hook() {
                 .location()
                 .map(|l| format!("{}:{}", l.file(), l.line()))
                 .unwrap_or_default();
-            let known = is_known_bug(&msg, &loc);
             LAST_PANIC.with(|p| *p.borrow_mut() = Some((msg, loc)));
-            if !known {
-                default(info);
-            }
+            default(info);
         }));
     });
 }
 
-/// `Tokens::issue` overflowing once the high-water mark is u64::MAX (see model.rs).
-fn is_known_bug(msg: &str, loc: &str) -> bool {
-    loc.contains("tokens.rs") && msg.contains("overflow")
-}
-
-/// Runs `ops` operations from `seed`; returns how many hit the known bug, and the stats.
-fn fuzz(seed: u64, ops: u64, tolerate_known: bool) -> (u64, Stats) {
+/// Runs `ops` operations from `seed`; answers what they reached.
+fn fuzz(seed: u64, ops: u64) -> Stats {
     install_hook();
     let progress = Arc::new(AtomicU64::new(0));
     let (done_tx, done_rx) = mpsc::channel();
@@ -643,13 +598,12 @@ fn fuzz(seed: u64, ops: u64, tolerate_known: bool) -> (u64, Stats) {
     let worker = std::thread::spawn(move || {
         let mut rng = Rng(seed);
         let mut state = State::new();
-        let mut known = 0u64;
         for i in 0..ops {
             p.store(i, Ordering::Relaxed);
             let op = state.gen(&mut rng);
             let r = panic::catch_unwind(AssertUnwindSafe(|| state.exec(&op)));
-            let exhausted = state.tokens.high_water() == Tokens::MAX
-                || state.now.saturating_mul(1000) > Tokens::MAX;
+            let exhausted = state.world.tokens.high_water() == Tokens::MAX
+                || state.world.now.saturating_mul(1000) > Tokens::MAX;
             if r.is_ok() && exhausted {
                 // Tokens ran out (an extreme clock or token): every new grant is refused from
                 // here on, by design. Start over as a fresh server would, keeping the counts.
@@ -662,24 +616,16 @@ fn fuzz(seed: u64, ops: u64, tolerate_known: bool) -> (u64, Stats) {
                 let (msg, loc) = LAST_PANIC
                     .with(|p| p.borrow_mut().take())
                     .unwrap_or_default();
-                if tolerate_known && is_known_bug(&msg, &loc) {
-                    known += 1;
-                    // The state may be half-changed: start over, keeping the clock.
-                    let stats = state.stats;
-                    state = State::new();
-                    state.stats = stats;
-                    continue;
-                }
                 panic!(
                     "operation #{i} (seed {seed:#x}) panicked: {msg} at {loc}\n  op: {op:?}\n  \
                      clock: {}, tokens high-water: {}",
-                    state.now,
-                    state.tokens.high_water()
+                    state.world.now,
+                    state.world.tokens.high_water()
                 );
             }
         }
         let _ = done_tx.send(());
-        (known, state.stats)
+        state.stats
     });
     // A watchdog: an operation that never returns is a bug too (a blocked Redis server).
     if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(Duration::from_secs(120)) {
@@ -697,16 +643,13 @@ fn fuzz(seed: u64, ops: u64, tolerate_known: bool) -> (u64, Stats) {
 #[test]
 fn fuzz_ops_do_not_panic() {
     for seed in [0x5eed_0001u64, 0x0dd_ba11] {
-        let (known, stats) = fuzz(seed, OPS, true);
-        eprintln!(
-            "fuzz seed {seed:#x}: {OPS} operations, {known} hit the known token-overflow bug; \
-             {stats:?}"
-        );
+        let stats = fuzz(seed, OPS);
+        eprintln!("fuzz seed {seed:#x}: {OPS} operations; {stats:?}");
         assert!(stats.granted > OPS / 50 && stats.queued > OPS / 100 && stats.woken > OPS / 200);
     }
 }
 
 #[test]
 fn fuzz_ops_do_not_panic_strict() {
-    fuzz(0x5eed_0001, OPS, false);
+    fuzz(0x5eed_0001, OPS);
 }

@@ -2,36 +2,33 @@
 //!
 //! * `rwlock_matches_the_model` / `election_matches_the_model`: a deliberately simple reference
 //!   model of one key (a `Vec` of holders, a `Vec` of waiters in arrival order, linear scans)
-//!   written from COMMANDS.md, driven in lockstep with the real [`RwLock`] / [`Election`] by
+//!   written from docs/COMMANDS.md, driven in lockstep with the real [`RwLock`] / [`Election`] by
 //!   random operations; every reply, every woken waiter and the visible state are compared
 //!   after each step. Tokens are compared by relative order (the model counts 1, 2, 3...; the
 //!   core adds a clock floor), through an order-preserving map.
 //! * `rwlock_invariants` / `election_invariants`: properties checked on the core alone.
 //! * `replaying_effects_rebuilds_the_state`: `Changes.effects` applied with `Lock::apply` to a
 //!   fresh `Lock` and a fresh `Tokens` give the same holders, last token and high-water mark.
-//! * Targeted tests for the findings of this file (kept `#[ignore]` while they fail).
+//! * Targeted tests of the corners the properties reach rarely: the top of the token range,
+//!   upgrades beside other upgrades, an upgrade whose read hold lapsed, waiters that left.
 
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestCaseError};
+mod harness;
+
+use harness::{request, World, START};
 use redis_lease_core::{
-    Acquire, Changes, Effect, Election, Env, Lock, LockError, Mode, Request, RwLock, Tokens,
+    Acquire, Changes, Effect, Election, Lock, LockError, Mode, Request, RwLock, Tokens,
 };
 
 type TestResult = Result<(), TestCaseError>;
 
-/// A realistic clock start (ms since the epoch).
-const START: u64 = 1_700_000_000_000;
 /// Large enough never to be reached by a generated run (the limit has its own test in rules.rs;
 /// note that the core counts waiters that left but were not skipped yet against it).
 const MAX_WAITERS: usize = 10_000;
-
-/// The core answers `UpgradeDeadlock` to a second upgrade request even when that request did not
-/// ask to WAIT (see `a_second_upgrade_without_wait_is_refused_with_nil`). The model follows the
-/// core here so that the property stays green; set to `false` to model the contract's wording.
-const DEADLOCK_EVEN_WITHOUT_WAIT: bool = false;
 
 fn config(cases: u32) -> Config {
     Config {
@@ -191,10 +188,7 @@ enum Reply {
 
 struct Sut {
     key: Key,
-    tokens: Tokens,
-    now: u64,
-    dead: HashSet<u64>,
-    next_id: u64,
+    world: World,
     /// Every waiter id ever handed out.
     used: HashSet<u64>,
 }
@@ -203,16 +197,13 @@ impl Sut {
     fn new(election: bool) -> Sut {
         Sut {
             key: Key::new(election),
-            tokens: Tokens::new(),
-            now: START,
-            dead: HashSet::new(),
-            next_id: 1,
+            world: World::at(START),
             used: HashSet::new(),
         }
     }
 
     fn alive(&self, id: u64) -> bool {
-        !self.dead.contains(&id)
+        self.world.alive(id)
     }
 
     /// The waiters whose connection is still there, in the order they will be served.
@@ -240,8 +231,7 @@ impl Sut {
                 wait,
             } => {
                 let wait = wait.then(|| {
-                    let id = self.next_id;
-                    self.next_id += 1;
+                    let id = self.world.next_id();
                     self.used.insert(id);
                     id
                 });
@@ -268,7 +258,7 @@ impl Sut {
             },
             Op::CancelUnknown => {
                 // The last id handed out (often granted or never queued), unless it left.
-                let last = self.next_id - 1;
+                let last = self.world.last_id();
                 if last > 0 && self.alive(last) {
                     Act::Cancel(last)
                 } else {
@@ -286,32 +276,19 @@ impl Sut {
 
     /// Runs one operation: its reply and changes, `None` for the ones the core does not see.
     fn act(&mut self, act: &Act) -> Option<(Reply, Changes)> {
-        let Sut {
-            key,
-            tokens,
-            now,
-            dead,
-            ..
-        } = self;
         match act {
             Act::Kill(id) => {
-                dead.insert(*id);
+                self.world.leave(*id);
                 return None;
             }
             Act::Advance(ms) => {
-                *now = now.saturating_add(*ms);
+                self.world.now = self.world.now.saturating_add(*ms);
                 return None;
             }
             _ => {}
         }
-        let alive = |id: u64| !dead.contains(&id);
-        let mut env = Env {
-            now: *now,
-            round_up: false,
-            tokens,
-            alive: &alive,
-        };
-        let out = match (key, act) {
+        let mut env = self.world.env();
+        let out = match (&mut self.key, act) {
             (
                 Key::Rw(l),
                 Act::Lock {
@@ -406,13 +383,13 @@ struct MWaiter {
     upgrade: bool,
 }
 
-/// One key, as COMMANDS.md describes it. Tokens are 1, 2, 3... in order of issue.
+/// One key, as docs/COMMANDS.md describes it. Tokens are 1, 2, 3... in order of issue.
 ///
-/// Where COMMANDS.md is silent the model takes the core's choice: an upgrade also keeps the
+/// Where the contract leaves a choice the model takes the core's: an upgrade also keeps the
 /// longer of the two leases; a leader's CAMPAIGN sets its lease exactly like RENEW; a waiting
-/// upgrade whose read hold ended goes back to its place in arrival order (finding 4); a write
-/// request that a current reader queued before it became a reader counts as a waiting upgrade
-/// (finding 3); the DEADLOCK error answers only an upgrade that asked to WAIT (finding 2).
+/// upgrade whose read hold ended goes back to its place in arrival order; a write request that a
+/// current reader queued before it became a reader counts as a waiting upgrade; the DEADLOCK
+/// error answers only an upgrade that asked to WAIT.
 #[derive(Debug, Default)]
 struct Model {
     election: bool,
@@ -553,7 +530,7 @@ impl Model {
                 .waiters
                 .iter()
                 .any(|w| w.mode == Mode::Write && w.owner != owner && self.pos(w.owner).is_some());
-            if other_upgrade && (wait.is_some() || DEADLOCK_EVEN_WITHOUT_WAIT) {
+            if other_upgrade && wait.is_some() {
                 return Err(LockError::UpgradeDeadlock);
             }
         } else if self.waiters.is_empty() && self.admissible(owner, mode) {
@@ -775,9 +752,9 @@ fn run_against_model(election: bool, reset: bool, ops: &[Op]) -> TestResult {
         } else {
             prop_assert!(m_woken.is_empty());
         }
-        prop_assert_eq!(sut.now, model.now);
+        prop_assert_eq!(sut.world.now, model.now);
         let lock = sut.key.lock();
-        let now = sut.now;
+        let now = sut.world.now;
         prop_assert_eq!(
             real_holders(lock.live_holders(now)),
             model_holders(&model, &map),
@@ -866,7 +843,7 @@ fn check_invariants(
     out: &Option<(Reply, Changes)>,
 ) -> TestResult {
     let lock = sut.key.lock();
-    let now = sut.now;
+    let now = sut.world.now;
     let live = real_holders(lock.live_holders(now));
 
     // Never a writer beside another holder (live or not yet pruned).
@@ -1086,7 +1063,7 @@ fn run_replay(election: bool, ops: &[Op]) -> TestResult {
             act
         );
         prop_assert_eq!(replica.last_token(), lock.last_token());
-        prop_assert_eq!(replica_tokens.high_water(), sut.tokens.high_water());
+        prop_assert_eq!(replica_tokens.high_water(), sut.world.tokens.high_water());
     }
     // And once more from scratch, the whole log at once.
     let mut fresh = Lock::new();
@@ -1097,7 +1074,7 @@ fn run_replay(election: bool, ops: &[Op]) -> TestResult {
     let lock = sut.key.lock();
     prop_assert_eq!(real_holders(fresh.holders()), real_holders(lock.holders()));
     prop_assert_eq!(fresh.last_token(), lock.last_token());
-    prop_assert_eq!(fresh_tokens.high_water(), sut.tokens.high_water());
+    prop_assert_eq!(fresh_tokens.high_water(), sut.world.tokens.high_water());
     prop_assert_eq!(fresh.next_deadline(), lock.next_deadline());
     prop_assert_eq!(fresh.last_deadline(), lock.last_deadline());
     Ok(())
@@ -1113,7 +1090,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Targeted tests: a survivor of mutation testing, and the findings of this file
+// Targeted tests
 // ---------------------------------------------------------------------------------------------
 
 /// A small driver for hand-written scenarios.
@@ -1167,31 +1144,15 @@ const W: usize = 3;
 fn a_keys_last_token_bounds_new_tokens() {
     let mut l = RwLock::default();
     l.0.observe_token(5_000_000_000_000_000);
-    let mut tokens = Tokens::new();
-    let alive = |_| true;
-    let mut env = Env {
-        now: START,
-        round_up: false,
-        tokens: &mut tokens,
-        alive: &alive,
-    };
-    let req = Request {
-        owner: b"a",
-        mode: Mode::Write,
-        ttl: 10,
-        wait: None,
-        max_waiters: 10,
-    };
-    let (_, r) = l.lock(&req, &mut env);
+    let mut world = World::at(START);
+    let (_, r) = l.lock(&request(b"a", Mode::Write, 10, None, 10), &mut world.env());
     assert_eq!(r, Ok(Acquire::Granted(5_000_000_000_000_001)));
 }
 
-/// Finding 1. Once the token high-water mark is u64::MAX, the next grant overflows
-/// `Tokens::issue`: a panic in a debug build (a panic in a module kills Redis), and in a
-/// release build the addition wraps, so the "new" token is `now * 1000` (or u64::MAX again):
-/// not above the earlier ones, which breaks fencing. Reached with a clock at or past
-/// u64::MAX / 1000 ms, or with a token u64::MAX observed from an RDB file, the AOF or a
-/// replication stream (`Lock::apply`, `Lock::restore`, `Lock::observe_token`, `Tokens::observe`).
+/// At the top of the token range no token is issued and the grant is refused: never a panic (a
+/// panic in a module kills Redis) and never a wrapped token (which would break fencing). The
+/// top is reached with a clock at or past u64::MAX / 1000 ms, or with a token u64::MAX observed
+/// from an RDB file, the AOF or a replication stream.
 #[test]
 fn tokens_do_not_overflow_at_the_top_of_the_range() {
     // By the clock: the ceiling is i64::MAX (tokens are RESP integers); past it, no token.
@@ -1207,29 +1168,16 @@ fn tokens_do_not_overflow_at_the_top_of_the_range() {
     // By a replicated grant, then an ordinary request at an ordinary time.
     let result = std::panic::catch_unwind(|| {
         let mut l = RwLock::default();
-        let mut tokens = Tokens::new();
+        let mut world = World::at(START);
         let grant = Effect::Grant {
             owner: b"a".to_vec().into(),
             mode: Mode::Read,
             deadline: START + 10,
             token: u64::MAX,
         };
-        l.0.apply(&grant, &mut tokens);
-        let alive = |_| true;
-        let mut env = Env {
-            now: START,
-            round_up: false,
-            tokens: &mut tokens,
-            alive: &alive,
-        };
-        let req = Request {
-            owner: b"b",
-            mode: Mode::Read,
-            ttl: 10,
-            wait: None,
-            max_waiters: 10,
-        };
-        l.lock(&req, &mut env).1
+        l.0.apply(&grant, &mut world.tokens);
+        l.lock(&request(b"b", Mode::Read, 10, None, 10), &mut world.env())
+            .1
     });
     // There is no token above u64::MAX: the only correct answer is to refuse the grant.
     assert!(
@@ -1238,10 +1186,8 @@ fn tokens_do_not_overflow_at_the_top_of_the_range() {
     );
 }
 
-/// Finding 2. A reader asking for the write lock WITHOUT `WAIT`, while another reader already
-/// waits to upgrade, gets the DEADLOCK error. COMMANDS.md gives that error to the second reader
-/// that *waits* to upgrade; a request without WAIT is answered at once, and a lock that is not
-/// granted answers nil.
+/// While a reader waits to upgrade, a second reader that *waits* to upgrade gets the DEADLOCK
+/// error; one that asks without WAIT is answered at once, and not granted: nil.
 #[test]
 fn a_second_upgrade_without_wait_is_refused_with_nil() {
     let mut h = Hand::new();
@@ -1254,7 +1200,7 @@ fn a_second_upgrade_without_wait_is_refused_with_nil() {
         Ok(Acquire::Granted(_))
     ));
     assert_eq!(h.lock(A, Mode::Write, 100, true), Ok(Acquire::Queued));
-    // With WAIT: the error (this part holds).
+    // With WAIT: the error.
     assert_eq!(
         h.lock(B, Mode::Write, 100, true),
         Err(LockError::UpgradeDeadlock)
@@ -1263,10 +1209,9 @@ fn a_second_upgrade_without_wait_is_refused_with_nil() {
     assert_eq!(h.lock(B, Mode::Write, 100, false), Ok(Acquire::Busy));
 }
 
-/// Finding 3. Two readers can both wait for the write lock without either getting the DEADLOCK
-/// error, when the first one's write request was queued before it became a reader (the same
-/// owner id on two connections): the core only looks at its "upgrade" slot. Both then wait
-/// until a lease lapses (forever if the holds are renewed).
+/// A write request queued before its owner became a reader (the same owner id on two
+/// connections) counts as a waiting upgrade: a second reader's upgrade gets the DEADLOCK error
+/// instead of both waiting for each other until a lease lapses.
 #[test]
 fn an_upgrade_beside_a_reader_already_waiting_for_write_is_refused() {
     let mut h = Hand::new();
@@ -1278,8 +1223,8 @@ fn an_upgrade_beside_a_reader_already_waiting_for_write_is_refused() {
     assert_eq!(h.lock(B, Mode::Read, 1_000, true), Ok(Acquire::Queued)); // id 2
     assert_eq!(h.lock(A, Mode::Write, 1_000, true), Ok(Acquire::Queued)); // id 3
     assert_eq!(h.woken(Act::Unlock { owner: W }), vec![1, 2]);
-    // A and B both read; A waits for the write lock (id 3). B asks to upgrade and waits:
-    // each now waits for the other to leave.
+    // A and B both read; A waits for the write lock (id 3). If B waited to upgrade as well,
+    // each would wait for the other to leave.
     let b = h.lock(B, Mode::Write, 1_000, true);
     let stuck = h.woken(Act::Advance(999)).is_empty() && h.woken(Act::Tick).is_empty();
     assert_eq!(
@@ -1289,10 +1234,8 @@ fn an_upgrade_beside_a_reader_already_waiting_for_write_is_refused() {
     );
 }
 
-/// Finding 4 (a contract question). A reader waiting to upgrade keeps the "upgrade" place after
-/// its read hold lapsed: another reader's upgrade then gets the DEADLOCK error although the
-/// first is no longer a reader (no deadlock is possible), and the former reader is later served
-/// ahead of waiters that arrived before it, as if it still held the lock.
+/// A reader waiting to upgrade whose read hold lapsed is an ordinary waiter: another reader may
+/// then wait to upgrade (no deadlock is possible).
 #[test]
 fn an_upgrade_whose_read_hold_lapsed_is_an_ordinary_waiter() {
     let mut h = Hand::new();
@@ -1313,13 +1256,18 @@ fn an_upgrade_whose_read_hold_lapsed_is_an_ordinary_waiter() {
                                                                           // A's read hold lapses while its upgrade waits.
     assert!(h.woken(Act::Advance(10)).is_empty());
     assert!(h.woken(Act::Tick).is_empty());
-    assert!(h.sut.key.lock().hold_of(&name(A), h.sut.now).is_none());
+    assert!(h
+        .sut
+        .key
+        .lock()
+        .hold_of(&name(A), h.sut.world.now)
+        .is_none());
     // B may wait to upgrade: A is no longer a reader.
     assert_eq!(h.lock(B, Mode::Write, 1_000, true), Ok(Acquire::Queued));
 }
 
-/// Finding 4, second part: the same former reader is served ahead of a writer that queued
-/// before it.
+/// A waiting upgrade whose read hold lapsed is served in arrival order, not ahead of a writer
+/// that queued before it.
 #[test]
 fn a_lapsed_upgrader_does_not_overtake_earlier_waiters() {
     let mut h = Hand::new();
@@ -1339,36 +1287,38 @@ fn a_lapsed_upgrader_does_not_overtake_earlier_waiters() {
     assert_eq!(h.woken(Act::Unlock { owner: B }), vec![1]);
 }
 
-/// A related observation (not asserted by the properties): waiters that left but were not
-/// skipped yet (they are not at the head) still count against `max_waiters`, and in
-/// `waiter_count()` (INFO's `waiters`). Harmless if the shell cancels a waiter when its client
-/// disconnects.
+/// A waiter whose client left still counts against `max_waiters` (and in `waiter_count()`,
+/// INFO's `waiters`) until the shell cancels it, which the module does within one event-loop
+/// turn of the disconnect; once cancelled it no longer counts.
 #[test]
-#[ignore = "by design: the module removes a waiter whose client left within one event-loop turn (blocking.rs leave -> wakeup cancel), so the core counts it until then"]
-fn waiters_that_left_do_not_count_against_the_limit() {
+fn waiters_that_left_count_against_the_limit_until_cancelled() {
+    let mut world = World::at(START);
     let mut l = RwLock::default();
-    let mut tokens = Tokens::new();
-    let gone: HashSet<u64> = [2].into();
-    let alive = move |id: u64| !gone.contains(&id);
-    let mut env = Env {
-        now: START,
-        round_up: false,
-        tokens: &mut tokens,
-        alive: &alive,
-    };
-    let req = |owner: &'static [u8], wait| Request {
-        owner,
-        mode: Mode::Write,
-        ttl: 100,
-        wait,
-        max_waiters: 2,
-    };
+    let req = |owner: &'static [u8], wait| request(owner, Mode::Write, 100, wait, 2);
     assert!(matches!(
-        l.lock(&req(b"h", None), &mut env).1,
+        l.lock(&req(b"h", None), &mut world.env()).1,
         Ok(Acquire::Granted(_))
     ));
-    assert_eq!(l.lock(&req(b"a", Some(1)), &mut env).1, Ok(Acquire::Queued));
-    assert_eq!(l.lock(&req(b"b", Some(2)), &mut env).1, Ok(Acquire::Queued));
-    // Waiter 2 has gone: one live waiter, so a second one fits.
-    assert_eq!(l.lock(&req(b"c", Some(3)), &mut env).1, Ok(Acquire::Queued));
+    assert_eq!(
+        l.lock(&req(b"a", Some(1)), &mut world.env()).1,
+        Ok(Acquire::Queued)
+    );
+    assert_eq!(
+        l.lock(&req(b"b", Some(2)), &mut world.env()).1,
+        Ok(Acquire::Queued)
+    );
+    world.leave(2);
+    // Not cancelled yet: both places are taken.
+    assert_eq!(
+        l.lock(&req(b"c", Some(3)), &mut world.env()).1,
+        Err(LockError::TooManyWaiters(2))
+    );
+    assert_eq!(l.0.waiter_count(), 2);
+    // The shell cancels it: one live waiter, so a second one fits.
+    assert!(l.cancel(2, &mut world.env()).1);
+    assert_eq!(l.0.waiter_count(), 1);
+    assert_eq!(
+        l.lock(&req(b"c", Some(3)), &mut world.env()).1,
+        Ok(Acquire::Queued)
+    );
 }

@@ -1,18 +1,17 @@
-//! Every granting rule of COMMANDS.md, on the pure core with a fake clock.
+//! Every granting rule of docs/COMMANDS.md, on the pure core with a fake clock.
 
-use std::collections::HashSet;
+mod harness;
 
+use harness::{granted, request, World};
 use redis_lease_core::{
     Acquire, Changes, DropReason, Effect, Election, Env, Lock, LockError, Mode, Request, RwLock,
     Tokens, Woken,
 };
 
+/// One lock key in a world whose clock starts at 1000 ms.
 struct Fixture {
     lock: RwLock,
-    tokens: Tokens,
-    now: u64,
-    gone: HashSet<u64>,
-    next_id: u64,
+    world: World,
     woken: Vec<Woken>,
 }
 
@@ -20,38 +19,20 @@ impl Fixture {
     fn new() -> Self {
         Fixture {
             lock: RwLock::default(),
-            tokens: Tokens::new(),
-            now: 1_000,
-            gone: HashSet::new(),
-            next_id: 1,
+            world: World::at(1_000),
             woken: vec![],
         }
     }
 
     fn with<T>(&mut self, f: impl FnOnce(&mut RwLock, &mut Env) -> (Changes, T)) -> T {
-        let gone = self.gone.clone();
-        let alive = move |id: u64| !gone.contains(&id);
-        let mut env = Env {
-            now: self.now,
-            round_up: false,
-            tokens: &mut self.tokens,
-            alive: &alive,
-        };
-        let (changes, out) = f(&mut self.lock, &mut env);
+        let (changes, out) = f(&mut self.lock, &mut self.world.env());
         self.woken.extend(changes.woken);
         out
     }
 
     fn req(&mut self, owner: &str, mode: Mode, ttl: u64, wait: bool) -> Result<Acquire, LockError> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Request {
-            owner: owner.as_bytes(),
-            mode,
-            ttl,
-            wait: wait.then_some(id),
-            max_waiters: 100,
-        };
+        let id = self.world.next_id();
+        let req = request(owner.as_bytes(), mode, ttl, wait.then_some(id), 100);
         self.with(|l, env| l.lock(&req, env))
     }
 
@@ -80,13 +61,6 @@ impl Fixture {
     }
 }
 
-fn granted(r: Result<Acquire, LockError>) -> Option<u64> {
-    match r.expect("no error") {
-        Acquire::Granted(t) => Some(t),
-        _ => None,
-    }
-}
-
 #[test]
 fn readers_share_and_a_writer_excludes() {
     let mut f = Fixture::new();
@@ -101,7 +75,7 @@ fn readers_share_and_a_writer_excludes() {
     assert!(c > b);
     assert_eq!(f.r("d"), None);
     assert_eq!(f.w("d"), None);
-    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Write));
+    assert_eq!(f.lock.0.mode(f.world.now), Some(Mode::Write));
 }
 
 #[test]
@@ -127,7 +101,7 @@ fn downgrade_releases_the_write_hold_first() {
     assert_eq!(f.r("b"), None);
     assert!(f.unlock("a"));
     // a is now a reader: b may read, c may not write.
-    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Read));
+    assert_eq!(f.lock.0.mode(f.world.now), Some(Mode::Read));
     assert!(f.r("b").is_some());
     assert_eq!(f.w("c"), None);
 }
@@ -138,10 +112,10 @@ fn a_sole_reader_upgrades_at_once_with_a_new_token() {
     let r = f.r("a").unwrap();
     let w = f.w("a").unwrap();
     assert!(w > r);
-    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Write));
+    assert_eq!(f.lock.0.mode(f.world.now), Some(Mode::Write));
     // Unlock gives back the write hold, then the read hold.
     assert!(f.unlock("a"));
-    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Read));
+    assert_eq!(f.lock.0.mode(f.world.now), Some(Mode::Read));
     assert!(f.unlock("a"));
     assert!(f.lock.0.is_empty());
 }
@@ -158,10 +132,10 @@ fn upgrade_with_other_readers_waits_and_a_second_upgrader_gets_deadlock() {
         Err(LockError::UpgradeDeadlock)
     );
     // The refused upgrade changed nothing: b still reads.
-    assert!(f.lock.0.hold_of(b"b", f.now).is_some());
+    assert!(f.lock.0.hold_of(b"b", f.world.now).is_some());
     assert!(f.unlock("b"));
     assert_eq!(f.woken_ids(), vec![4]);
-    assert_eq!(f.lock.0.mode(f.now), Some(Mode::Write));
+    assert_eq!(f.lock.0.mode(f.world.now), Some(Mode::Write));
 }
 
 #[test]
@@ -207,7 +181,7 @@ fn a_run_of_readers_at_the_head_is_granted_together() {
     assert_eq!(f.req("r4", Mode::Read, 100, true), Ok(Acquire::Queued));
     f.unlock("h");
     assert_eq!(f.woken_ids(), vec![2, 3, 4]);
-    assert_eq!(f.lock.0.live_holders(f.now).count(), 3);
+    assert_eq!(f.lock.0.live_holders(f.world.now).count(), 3);
     assert_eq!(f.lock.0.waiter_count(), 2);
 }
 
@@ -216,18 +190,18 @@ fn each_holder_has_its_own_lease() {
     let mut f = Fixture::new();
     assert!(granted(f.req("a", Mode::Read, 100, false)).is_some());
     assert!(granted(f.req("b", Mode::Read, 300, false)).is_some());
-    f.now += 50;
+    f.world.now += 50;
     // Renewing b does not prolong a.
     assert!(f.renew("b", 1_000).is_some());
-    f.now += 60;
-    assert!(f.lock.0.hold_of(b"a", f.now).is_none());
-    assert!(f.lock.0.hold_of(b"b", f.now).is_some());
+    f.world.now += 60;
+    assert!(f.lock.0.hold_of(b"a", f.world.now).is_none());
+    assert!(f.lock.0.hold_of(b"b", f.world.now).is_some());
     // a's lapse does not take b with it.
     f.tick();
     assert_eq!(f.lock.0.holder_count(), 1);
     assert!(!f.unlock("a"));
     assert!(f.renew("a", 100).is_none());
-    f.now += 1_000;
+    f.world.now += 1_000;
     f.tick();
     assert!(f.lock.0.is_empty());
 }
@@ -237,25 +211,17 @@ fn a_lapse_hands_off_to_the_next_waiter_and_reports_the_drop() {
     let mut f = Fixture::new();
     f.w("h").unwrap();
     assert_eq!(f.req("w", Mode::Write, 100, true), Ok(Acquire::Queued));
-    f.now += 99;
+    f.world.now += 99;
     f.tick();
     assert!(f.woken_ids().is_empty());
-    f.now += 1;
-    let gone = HashSet::<u64>::new();
-    let alive = move |id: u64| !gone.contains(&id);
-    let mut env = Env {
-        now: f.now,
-        round_up: false,
-        tokens: &mut f.tokens,
-        alive: &alive,
-    };
-    let changes = f.lock.tick(&mut env);
+    f.world.now += 1;
+    let changes = f.lock.tick(&mut f.world.env());
     assert!(matches!(
         &changes.effects[0],
         Effect::Drop { owner, reason: DropReason::Lapse } if &**owner == b"h"
     ));
     assert!(
-        matches!(&changes.effects[1], Effect::Grant { owner, deadline, .. } if &**owner == b"w" && *deadline == f.now + 100)
+        matches!(&changes.effects[1], Effect::Grant { owner, deadline, .. } if &**owner == b"w" && *deadline == f.world.now + 100)
     );
     assert_eq!(changes.woken.len(), 1);
 }
@@ -266,7 +232,7 @@ fn waiters_that_left_are_skipped() {
     f.w("h").unwrap();
     f.req("a", Mode::Write, 100, true).unwrap(); // 2
     f.req("b", Mode::Write, 100, true).unwrap(); // 3
-    f.gone.insert(2);
+    f.world.leave(2);
     f.unlock("h");
     assert_eq!(f.woken_ids(), vec![3]);
     // A cancelled head lets the readers behind it in.
@@ -281,7 +247,7 @@ fn waiters_that_left_are_skipped() {
     let mut f = Fixture::new();
     f.r("h").unwrap();
     f.req("w", Mode::Write, 100, true).unwrap(); // 2
-    f.gone.insert(2);
+    f.world.leave(2);
     assert!(f.r("x").is_some());
 }
 
@@ -290,11 +256,17 @@ fn renew_sets_the_deadline_exactly_and_keeps_the_token() {
     let mut f = Fixture::new();
     let t = f.w("a").unwrap();
     assert_eq!(f.renew("a", 10), Some(t));
-    assert_eq!(f.lock.0.hold_of(b"a", f.now).unwrap().deadline, f.now + 10);
+    assert_eq!(
+        f.lock.0.hold_of(b"a", f.world.now).unwrap().deadline,
+        f.world.now + 10
+    );
     assert_eq!(f.renew("b", 10), None);
     // A reentrant grant never shortens the lease.
     assert_eq!(granted(f.req("a", Mode::Write, 5, false)), Some(t));
-    assert_eq!(f.lock.0.hold_of(b"a", f.now).unwrap().deadline, f.now + 10);
+    assert_eq!(
+        f.lock.0.hold_of(b"a", f.world.now).unwrap().deadline,
+        f.world.now + 10
+    );
 }
 
 #[test]
@@ -324,15 +296,8 @@ fn replaying_the_effects_rebuilds_the_same_state() {
     let mut f = Fixture::new();
     let mut log = vec![];
     let mut record = |c: Changes| log.extend(c.effects);
-    let gone = HashSet::<u64>::new();
-    let alive = move |id: u64| !gone.contains(&id);
-    let mut tokens = Tokens::new();
-    let mut env = Env {
-        now: 1_000,
-        round_up: false,
-        tokens: &mut tokens,
-        alive: &alive,
-    };
+    let mut world = World::at(1_000);
+    let mut env = world.env();
     let rq = |o: &'static str, mode| Request {
         owner: o.as_bytes(),
         mode,
@@ -360,7 +325,7 @@ fn replaying_the_effects_rebuilds_the_same_state() {
     };
     assert_eq!(view(&replica), view(&f.lock.0));
     assert_eq!(replica.last_token(), f.lock.0.last_token());
-    assert_eq!(rt.high_water(), tokens.high_water());
+    assert_eq!(rt.high_water(), world.tokens.high_water());
     assert!(!view(&replica).is_empty());
 }
 
@@ -374,7 +339,7 @@ fn tokens_keep_increasing_after_the_key_empties() {
     f.lock = RwLock::default();
     let b = f.w("b").unwrap();
     assert!(b > a);
-    f.now += 1_000;
+    f.world.now += 1_000;
     f.tick();
     f.lock = RwLock::default();
     assert!(f.w("c").unwrap() > b);
@@ -382,15 +347,8 @@ fn tokens_keep_increasing_after_the_key_empties() {
 
 #[test]
 fn an_election_has_one_leader_whose_term_grows_on_every_change() {
-    let gone = HashSet::<u64>::new();
-    let alive = move |id: u64| !gone.contains(&id);
-    let mut tokens = Tokens::new();
-    let mut env = Env {
-        now: 1_000,
-        round_up: false,
-        tokens: &mut tokens,
-        alive: &alive,
-    };
+    let mut world = World::at(1_000);
+    let mut env = world.env();
     let mut e = Election::default();
     let (_, r) = e.campaign(b"a", 100, None, 10, &mut env);
     let Ok(Acquire::Granted(t1)) = r else {
@@ -469,14 +427,9 @@ fn a_second_upgrade_request_of_the_same_owner_is_not_lost() {
 
 #[test]
 fn deadlines_round_up_when_the_clock_is_past_a_whole_ms() {
-    let alive = |_: u64| true;
-    let mut tokens = Tokens::new();
-    let mut env = Env {
-        now: 1_000,
-        round_up: true,
-        tokens: &mut tokens,
-        alive: &alive,
-    };
+    let mut world = World::at(1_000);
+    world.round_up = true;
+    let mut env = world.env();
     let mut l = RwLock::default();
     let req = Request {
         owner: b"a",

@@ -1,0 +1,133 @@
+//! The core tests' one harness: the world the shell gives a key on every call (a clock, the
+//! server-wide token source, which waiters' connections are still there), as an `Env`.
+#![allow(dead_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use redis_lease_core::{Acquire, Env, LockError, Mode, Request, Tokens};
+
+/// A realistic clock start (ms since the epoch).
+pub const START: u64 = 1_700_000_000_000;
+
+/// What the `alive` oracle answers for a waiter id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Oracle {
+    /// Alive unless its connection left (`World::leave`).
+    #[default]
+    UnlessLeft,
+    AllAlive,
+    AllGone,
+    /// A different answer on every call (a shell that is not consistent).
+    Flaky,
+}
+
+#[derive(Default)]
+struct Links {
+    left: HashSet<u64>,
+    oracle: Oracle,
+    calls: Cell<u64>,
+}
+
+impl Links {
+    fn alive(&self, id: u64) -> bool {
+        match self.oracle {
+            Oracle::UnlessLeft => !self.left.contains(&id),
+            Oracle::AllAlive => true,
+            Oracle::AllGone => false,
+            Oracle::Flaky => {
+                self.calls.set(self.calls.get() + 1);
+                (self.calls.get() ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 != 0
+            }
+        }
+    }
+}
+
+/// A clock, a token source and waiters' connections; `env()` lends them to one core call.
+pub struct World {
+    pub now: u64,
+    /// The clock is a fraction of a ms past `now` (new deadlines round up).
+    pub round_up: bool,
+    pub tokens: Tokens,
+    links: Rc<RefCell<Links>>,
+    alive: Box<dyn Fn(u64) -> bool>,
+    next_id: u64,
+}
+
+impl World {
+    /// A world whose clock reads `now`, with a fresh token source and no waiter gone.
+    pub fn at(now: u64) -> World {
+        let links = Rc::new(RefCell::new(Links::default()));
+        let l = links.clone();
+        World {
+            now,
+            round_up: false,
+            tokens: Tokens::new(),
+            links,
+            alive: Box::new(move |id| l.borrow().alive(id)),
+            next_id: 1,
+        }
+    }
+
+    /// What the shell passes to the core for one call.
+    pub fn env(&mut self) -> Env<'_> {
+        Env {
+            now: self.now,
+            round_up: self.round_up,
+            tokens: &mut self.tokens,
+            alive: &*self.alive,
+        }
+    }
+
+    /// A new waiter id: 1, 2, 3...
+    pub fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// The last id `next_id` handed out (0 if none).
+    pub fn last_id(&self) -> u64 {
+        self.next_id - 1
+    }
+
+    /// Waiter `id`'s connection goes away.
+    pub fn leave(&mut self, id: u64) {
+        self.links.borrow_mut().left.insert(id);
+    }
+
+    /// What the `alive` oracle says of `id` (with `Oracle::UnlessLeft`: it did not leave).
+    pub fn alive(&self, id: u64) -> bool {
+        self.links.borrow().alive(id)
+    }
+
+    pub fn set_oracle(&mut self, oracle: Oracle) {
+        self.links.borrow_mut().oracle = oracle;
+    }
+}
+
+/// A request; `wait: Some(id)` parks it under that waiter id if it cannot be granted now.
+pub fn request(
+    owner: &[u8],
+    mode: Mode,
+    ttl: u64,
+    wait: Option<u64>,
+    max_waiters: usize,
+) -> Request<'_> {
+    Request {
+        owner,
+        mode,
+        ttl,
+        wait,
+        max_waiters,
+    }
+}
+
+/// The token of a grant, None for any other answer; panics on an error.
+pub fn granted(r: Result<Acquire, LockError>) -> Option<u64> {
+    match r.expect("no error") {
+        Acquire::Granted(t) => Some(t),
+        _ => None,
+    }
+}

@@ -1,4 +1,4 @@
-//! The module on one server: every rule of COMMANDS.md except waiting (see waiting.rs), against
+//! The module on one server: every rule of docs/COMMANDS.md except waiting (see waiting.rs), against
 //! a real redis-server with the module loaded. Each test starts its own server.
 
 use std::thread::sleep;

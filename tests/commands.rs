@@ -1,5 +1,5 @@
-//! The module on one server: every rule of docs/COMMANDS.md except waiting (see waiting.rs), against
-//! a real redis-server with the module loaded. Each test starts its own server.
+//! The module on one server: every rule of docs/COMMANDS.md except waiting (see waiting.rs),
+//! against a real redis-server with the module loaded. Each test starts its own server.
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};

@@ -6,6 +6,7 @@
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
 #   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
+#   make lint   rustfmt check and clippy on every crate and target, warnings denied (CI runs it)
 #   make deps   install what a fresh Debian machine lacks
 
 MODULE := target/release/libredis_lease.so

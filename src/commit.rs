@@ -1,48 +1,79 @@
-//! After the core decided: make Redis agree. Replicate the effects (master only), announce
-//! them as keyspace events, answer the waiters that were granted, and keep the key's expiry
-//! and wake-up time in step with its leases, or delete it when nothing is left.
+//! After the core decided: make Redis agree. Replicate the effects (where this server decided
+//! them), announce them as keyspace events, answer the waiters the core granted or whose wait
+//! it ended, and keep the key's wake-up in step with its leases and waits, or delete the key
+//! when nothing is left. Lock keys carry no Redis TTL: the module's timer ends every lease, so
+//! no eviction policy that picks keys by TTL (`volatile-*`) can remove a live lock, and a
+//! replica's keys equal its master's.
 
-use redis_lease_core::{Changes, DropReason, Effect, Env, Kind, Mode};
-use redis_module::{raw, Context, RedisString};
+use std::ffi::CStr;
 
-use crate::key::Key;
-use crate::state;
-use crate::types::LeaseValue;
+use redis_lease_core::{Changes, DropReason, Effect, Env, Grants, Keyed, Kind, Mode};
 
-/// Where the changes happened.
-pub struct Place<'a> {
-    pub ctx: &'a Context,
-    pub key: &'a Key,
-    pub name: &'a RedisString,
-    pub db: i32,
-    /// The request's owner argument, if any (replication reuses it).
-    pub owner: Option<&'a RedisString>,
+use crate::clock;
+use crate::ffi::ctx::Ctx;
+use crate::ffi::key::{Key, Typed};
+use crate::ffi::string::RStr;
+use crate::ffi::{notify, replicate};
+use crate::index::Slot;
+use crate::value::Stored;
+use crate::wire::Word;
+use crate::{holdback, schedule, state, text, waiters};
+
+/// Who decided the changes.
+#[derive(Clone, Copy)]
+pub enum Origin<'a> {
+    /// This server (a master): it replicates and counts them. `owner` is the request's own
+    /// owner argument, which replication reuses.
+    Here { owner: Option<RStr<'a>> },
+    /// A master or the AOF (LEASE.APPLY): applied as they came.
+    Replayed,
 }
 
-/// Runs a core operation on `v` with the module's clock (`clock::now()`), tokens and waiter
-/// registry.
-pub fn run<V: LeaseValue, T>(
-    v: &mut V,
-    (now, round_up): (u64, bool),
-    op: impl FnOnce(&mut V, &mut Env) -> (Changes, T),
+/// Runs a core operation with the module's clock, token source and waiter registry, and with
+/// grants held while the server is in quarantine or the key's evicted leases may still run.
+pub fn run<K: Keyed, T>(
+    v: &mut Stored<K>,
+    place: (i32, &[u8]),
+    op: impl FnOnce(&mut K, &mut Env) -> (Changes, T),
 ) -> (Changes, T) {
+    let (now, round_up) = clock::now();
+    let grants = holdback::grants(place.0, place.1, now);
     let mut tokens = state::with(|s| s.tokens);
-    let alive = |id: u64| state::waiter_alive(id);
+    let alive = waiters::alive;
     let out = {
         let mut env = Env {
             now,
             round_up,
             tokens: &mut tokens,
             alive: &alive,
+            grants,
         };
-        op(v, &mut env)
+        // Waiters that left are taken out first, so the queue the rules see is exact.
+        let mut changes = Changes::default();
+        for id in waiters::take_cancels_of(v.slot) {
+            let (c, _) = v.core.cancel(id, &mut env);
+            merge(&mut changes, c);
+        }
+        let (c, out) = op(&mut v.core, &mut env);
+        merge(&mut changes, c);
+        (changes, out)
     };
-    state::with(|s| s.tokens = tokens);
+    state::with(move |s| s.tokens = tokens);
     out
 }
 
+fn merge(into: &mut Changes, more: Changes) {
+    if into.is_empty() {
+        *into = more;
+        return;
+    }
+    into.effects.extend(more.effects);
+    into.woken.extend(more.woken);
+    into.timed_out.extend(more.timed_out);
+}
+
 /// The keyspace event announcing `e`, if any (a literal: no allocation per event).
-fn event(kind: Kind, e: &Effect) -> Option<&'static std::ffi::CStr> {
+fn event(kind: Kind, e: &Effect) -> Option<&'static CStr> {
     use {DropReason::Resign, Effect::*, Kind::*, Mode::*};
     Some(match (kind, e) {
         (RwLock, Grant { mode: Read, .. }) => c"rwlock.read",
@@ -52,118 +83,136 @@ fn event(kind: Kind, e: &Effect) -> Option<&'static std::ffi::CStr> {
         (Election, Grant { .. }) => c"leader.elect",
         (Election, Drop { reason: Resign, .. } | Release { .. }) => c"leader.resign",
         (Election, Drop { .. }) => c"leader.lapse",
-        (_, Renew { .. }) => return None,
+        (Semaphore, Take { .. }) => c"semaphore.acquire",
+        (Semaphore, Release { .. }) => c"semaphore.release",
+        (Semaphore, Drop { .. }) => c"semaphore.lapse",
+        (_, Renew { .. } | Limit { .. } | Grant { .. } | Take { .. }) => return None,
     })
 }
 
 fn count(kind: Kind, effects: &[Effect]) {
-    state::with(|s| {
-        for e in effects {
-            match (kind, e) {
-                (Kind::Election, Effect::Grant { .. }) => s.stats.grants_leader += 1,
-                (
-                    _,
-                    Effect::Grant {
-                        mode: Mode::Read, ..
-                    },
-                ) => s.stats.grants_read += 1,
-                (_, Effect::Grant { .. }) => s.stats.grants_write += 1,
-                (_, Effect::Release { .. }) => s.stats.releases += 1,
-                (_, Effect::Renew { .. }) => s.stats.renewals += 1,
-                (
-                    _,
-                    Effect::Drop {
-                        reason: DropReason::Lapse,
-                        ..
-                    },
-                ) => s.stats.lapses += 1,
-                (_, Effect::Drop { .. }) => s.stats.resignations += 1,
+    let tally: Vec<(Kind, u8)> = effects
+        .iter()
+        .map(|e| {
+            let t = match e {
+                Effect::Grant {
+                    mode: Mode::Read, ..
+                } => 0,
+                Effect::Grant { .. } => 1,
+                Effect::Take { .. } => 2,
+                Effect::Release { .. } => 3,
+                Effect::Renew { .. } => 4,
+                Effect::Drop {
+                    reason: DropReason::Lapse,
+                    ..
+                } => 5,
+                Effect::Drop { .. } => 6,
+                Effect::Limit { .. } => 7,
+            };
+            (kind, t)
+        })
+        .collect();
+    state::with(move |s| {
+        let st = &mut s.stats;
+        for (kind, t) in tally {
+            match (kind, t) {
+                (Kind::Election, 1) => st.grants_leader += 1,
+                (_, 0) => st.grants_read += 1,
+                (_, 1) => st.grants_write += 1,
+                (_, 2) => st.grants_semaphore += 1,
+                (_, 3) => st.releases += 1,
+                (_, 4) => st.renewals += 1,
+                (_, 5) => st.lapses += 1,
+                (_, 6) => st.resignations += 1,
+                _ => {}
             }
         }
     });
 }
 
 /// Lapsed leases at `verbose`: a holder that stopped renewing is worth a line when debugging.
-fn log_lapses(place: &Place, effects: &[Effect]) {
+/// Owners and keys are bytes: escaped, so no byte can break the line.
+fn log_lapses(ctx: &Ctx, key: RStr, effects: &[Effect]) {
     for e in effects {
         if let Effect::Drop {
             owner,
             reason: DropReason::Lapse,
         } = e
         {
-            place.ctx.log_verbose(&format!(
+            ctx.log_verbose(&format!(
                 "lease: the lease of '{}' on '{}' lapsed",
-                String::from_utf8_lossy(owner),
-                String::from_utf8_lossy(place.name.as_slice())
+                text::escaped(owner, 128),
+                text::escaped(key.bytes(), 128)
             ));
         }
     }
 }
 
-/// Makes Redis agree with `changes`, made on `v` (which lives in `place.key`).
-/// `replicate`: this server decided them (a master), so it replicates and counts them.
-/// `holders_before`: `v`'s holder count before the operation (for the INFO gauge).
-pub fn commit<V: LeaseValue>(
-    place: &Place,
-    v: &mut V,
-    changes: Changes,
-    replicate: bool,
-    holders_before: usize,
-) {
-    let lock = v.lock();
+/// Makes Redis agree with `changes`, made on the value in `key`. `holders_before`: the
+/// value's holder count before the operation (for the INFO gauge).
+pub fn commit<K: Keyed>(mut key: Key, holders_before: usize, changes: Changes, origin: Origin)
+where
+    Stored<K>: Typed,
+{
+    let ctx = key.ctx();
+    let name = key.name();
+    let Ok(Some(v)) = key.value::<Stored<K>>() else {
+        waiters::answer_changes(&changes);
+        return;
+    };
+    let lock = v.core.lock();
     state::count_holders(lock.holder_count() as i64 - holders_before as i64);
     if !changes.effects.is_empty() {
-        if replicate {
-            crate::replicate::effects(
-                place.ctx,
-                place.name,
-                V::NAME,
-                place.owner,
-                &changes.effects,
-            );
-            count(V::KIND, &changes.effects);
-            log_lapses(place, &changes.effects);
+        if let Origin::Here { owner } = origin {
+            replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
+            count(K::KIND, &changes.effects);
+            log_lapses(ctx, name, &changes.effects);
         }
         for e in &changes.effects {
-            if let Some(ev) = event(V::KIND, e) {
-                unsafe {
-                    raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
-                        place.ctx.ctx,
-                        raw::REDISMODULE_NOTIFY_MODULE,
-                        ev.as_ptr(),
-                        place.name.inner,
-                    );
-                }
+            if let Some(ev) = event(K::KIND, e) {
+                notify::keyspace(ctx, ev, name);
             }
         }
     }
-    for w in &changes.woken {
-        crate::blocking::grant(w.waiter, w.token);
-    }
-    settle(place, v);
+    waiters::answer_changes(&changes);
+    settle::<K>(key);
 }
 
-/// How long after its last deadline a key expires by itself. The module's own timer fires at the
-/// deadline (re-arming at once if the clock reads a hair early) and announces the lapse; this
-/// slack keeps Redis's expiry cycle from deleting the key silently in that same moment.
-pub const EXPIRE_SLACK_MS: u64 = 20;
-
-/// Deletes the key when nothing is held or awaited; else sets its expiry to the last lease
-/// deadline (none while clients wait: the wake-up timer serves them) and its wake-up time to
-/// the first deadline.
-pub fn settle<V: LeaseValue>(place: &Place, v: &mut V) {
-    let lock = v.lock_mut();
-    if lock.is_empty() {
-        crate::wakeup::forget(place.db, place.name.as_slice(), lock);
-        place.key.delete();
+/// Deletes the key when nothing is held or awaited; parks its waiters outside the keyspace
+/// when nothing is held and grants are held back; else schedules its next wake-up.
+pub fn settle<K: Keyed>(mut key: Key)
+where
+    Stored<K>: Typed,
+{
+    let db = key.ctx().db();
+    let name = key.name().bytes();
+    let Ok(Some(v)) = key.value::<Stored<K>>() else {
+        return;
+    };
+    let lock = v.core.lock_mut();
+    if lock.holder_count() == 0 && lock.waiter_count() > 0 {
+        let (now, _) = clock::now();
+        if holdback::grants(db, name, now) == Grants::Held {
+            let waiting = lock.take_waiters();
+            let slot = std::mem::replace(&mut v.slot, Slot::NONE);
+            holdback::park(db, name, slot, K::KIND, v.core.lock().limit(), waiting);
+        }
+    }
+    if v.core.lock().is_empty() {
+        let slot = std::mem::replace(&mut v.slot, Slot::NONE);
+        if holdback::lobby_slot(db, name) != Some(slot) {
+            schedule::detach(slot);
+        }
+        key.delete();
         return;
     }
-    let expire = if lock.waiter_count() > 0 {
-        None
-    } else {
-        lock.last_deadline()
-            .map(|d| d.saturating_add(EXPIRE_SLACK_MS))
-    };
-    place.key.expire_at(expire);
-    crate::wakeup::remember(place.db, place.name.as_slice(), lock);
+    let when = v.core.lock().next_wakeup();
+    schedule::set(v.slot, when);
+}
+
+/// Makes sure a value has its index entry (a fresh key, or one loaded without its name).
+pub fn ensure_slot<K: Keyed>(v: &mut Stored<K>, db: i32, name: &[u8]) {
+    if v.slot.is_none() || !schedule::is_at(v.slot, db, name) {
+        v.slot = schedule::attach(db, name);
+    }
 }

@@ -1,69 +1,234 @@
-//! Server events the module reacts to: a flush answers the waiters of the flushed keys, a
-//! promotion to master looks at every key again (a replica lets its wake-ups go), a demotion
-//! answers the waiters (only the new master can grant), and a key
-//! renamed or moved to another db gets its wake-up under its new name.
+//! Server events and keyspace notifications: a flush takes the waiters of the flushed keys
+//! (answered LOCKGONE, unless a reload brings the keys back); SWAPDB moves the index with the
+//! dbs; a promotion starts the quarantine and wakes the timer; a demotion sends the waiters
+//! away and empties the queues; loading ends the quarantine's wait for data; a key renamed or
+//! moved gets its index entry at its new place; an eviction of live leases holds back new
+//! grants on the key until they would have lapsed.
 
-use std::os::raw::c_void;
+use crate::clock::now_ms;
+use crate::commit::{commit, ensure_slot, run, Origin};
+use crate::ffi::ctx::{log_warning, Ctx};
+use crate::ffi::key::{Key, Typed};
+use crate::ffi::server::{Handlers, Loading};
+use crate::ffi::string::RStr;
+use crate::index::Slot;
+use crate::registry::Orphans;
+use crate::value::{Saved, Stored};
+use crate::visit::{visit, Visitor};
+use crate::{holdback, orphans, schedule, state, text, waiters};
 
-use redis_module::{raw, Context, NotifyEvent, Status};
-
-fn subscribe(ctx: &Context, id: u64, cb: raw::RedisModuleEventCallback) -> Status {
-    let event = raw::RedisModuleEvent { id, dataver: 1 };
-    let rc = unsafe { raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, cb) };
-    if rc == raw::REDISMODULE_OK as i32 {
-        Status::Ok
-    } else {
-        Status::Err
+pub fn handlers() -> Handlers {
+    Handlers {
+        flush,
+        swapdb,
+        role,
+        loading,
+        generic,
+        evicted,
     }
 }
 
-pub fn init(ctx: &Context) -> Status {
-    if subscribe(ctx, raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)) == Status::Err
-        || subscribe(
-            ctx,
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            Some(on_role),
-        ) == Status::Err
+/// Takes the waiters out of a key about to be flushed, and drops its index entry.
+struct Flushed;
+
+impl Visitor for Flushed {
+    fn visit<K: Saved>(self, mut key: Key)
+    where
+        Stored<K>: Typed,
     {
-        return Status::Err;
+        let db = key.ctx().db();
+        let name: Box<[u8]> = key.name().bytes().into();
+        let Ok(Some(v)) = key.value::<Stored<K>>() else {
+            return;
+        };
+        schedule::detach(std::mem::replace(&mut v.slot, Slot::NONE));
+        let waiting = v.core.lock_mut().take_waiters();
+        orphans::add(Some((db, name)), waiting);
     }
-    Status::Ok
 }
 
-extern "C" fn on_flush(
-    _ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_START || data.is_null() {
+fn flush(ctx: &Ctx, db: Option<i32>) {
+    let selected = ctx.db();
+    let slots = state::with(move |s| s.index.slots_in(db));
+    for slot in slots {
+        if let Some((db, name)) = schedule::place(slot) {
+            if visit(ctx, db, &name, Flushed).is_err()
+                && holdback::lobby_slot(db, &name) != Some(slot)
+            {
+                schedule::detach(slot);
+            }
+        }
+    }
+    ctx.select_db(selected);
+}
+
+fn swapdb(a: i32, b: i32) {
+    state::with(move |s| {
+        s.index.swap_dbs(a, b);
+        let moved: Vec<_> = s.evicted.drain().collect();
+        for ((db, name), e) in moved {
+            let db = if db == a {
+                b
+            } else if db == b {
+                a
+            } else {
+                db
+            };
+            s.evicted.insert((db, name), e);
+        }
+    });
+    holdback::swap_dbs(a, b);
+}
+
+/// Sends a key's waiters away on a demotion (only the new master can grant).
+struct Demoted;
+
+impl Visitor for Demoted {
+    fn visit<K: Saved>(self, mut key: Key)
+    where
+        Stored<K>: Typed,
+    {
+        if let Ok(Some(v)) = key.value::<Stored<K>>() {
+            for w in v.core.lock_mut().take_waiters() {
+                waiters::answer(w.id, waiters::Answer::Demoted);
+            }
+        }
+    }
+}
+
+fn role(ctx: &Ctx, master: bool) {
+    if master {
+        holdback::start_quarantine();
+        schedule::arm(now_ms());
         return;
     }
-    let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfoV1>() };
-    let db = info.dbnum;
-    crate::guard::quietly(|| crate::blocking::answer_all_gone(db));
+    // Redis has already unblocked its blocked clients (they left); empty the queues, which
+    // are this server's own (a replica's keys must equal its master's), and the lobbies.
+    let selected = ctx.db();
+    let mut slots: Vec<Slot> = waiters::take_cancels()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    slots.extend(state::with(|s| {
+        s.waiters
+            .ids_of(None)
+            .into_iter()
+            .filter_map(|id| s.waiters.get(id).map(|r| r.slot))
+            .collect::<Vec<_>>()
+    }));
+    slots.sort();
+    slots.dedup();
+    for slot in slots {
+        if let Some((db, name)) = schedule::place(slot) {
+            let _ = visit(ctx, db, &name, Demoted);
+        }
+    }
+    for (slot, ids) in holdback::clear() {
+        schedule::detach(slot);
+        for id in ids {
+            waiters::answer(id, waiters::Answer::Demoted);
+        }
+    }
+    for id in waiters::all() {
+        waiters::answer(id, waiters::Answer::Demoted);
+    }
+    ctx.select_db(selected);
 }
 
-extern "C" fn on_role(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
-        let ctx = Context::new(ctx);
-        crate::guard::quietly(|| crate::wakeup::rescan(&ctx));
-    } else {
-        crate::guard::quietly(crate::blocking::answer_all_demoted);
+/// Puts reloaded keys' waiters back in their queues.
+struct Reattach(Orphans);
+
+impl Visitor for Reattach {
+    fn visit<K: Saved>(self, mut key: Key)
+    where
+        Stored<K>: Typed,
+    {
+        let db = key.ctx().db();
+        let name = key.name().bytes();
+        let Ok(Some(v)) = key.value::<Stored<K>>() else {
+            return;
+        };
+        ensure_slot(v, db, name);
+        let ids: Vec<u64> = self.0.waiters.iter().map(|w| w.id).collect();
+        waiters::rebind(&ids, v.slot);
+        for w in self.0.waiters {
+            if waiters::alive(w.id) {
+                v.core.lock_mut().requeue(w);
+            }
+        }
+        let before = v.core.lock().holder_count();
+        let (changes, ()) = run(v, (db, name), |core, env| (core.tick(env), ()));
+        commit::<K>(key, before, changes, Origin::Here { owner: None });
     }
 }
 
-/// Generic keyspace events: `rename_to` / `move_to` name a key's new place (the context has
-/// its db selected).
-pub fn on_generic(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[u8]) {
-    if event != "rename_to" && event != "move_to" {
+fn loading(ctx: &Ctx, what: Loading) {
+    if what != Loading::Ended {
         return;
     }
-    let db = crate::commands::selected_db(ctx);
-    crate::guard::quietly(|| crate::wakeup::visit(ctx, db, key, |place, v| v.moved_in(place)));
+    // A reload (DEBUG RELOAD) flushed and loaded again: waiters whose key came back wait on.
+    let selected = ctx.db();
+    for o in orphans::take_all() {
+        let (db, name) = (o.db, o.name.clone());
+        if let Err(Reattach(o)) = visit(ctx, db, &name, Reattach(o)) {
+            orphans::add(Some((db, name)), o.waiters);
+        }
+    }
+    ctx.select_db(selected);
+    if ctx.is_master() {
+        holdback::start_quarantine();
+    }
+    schedule::arm(now_ms());
+}
+
+/// A renamed or moved key gets its index entry at its new place (its waiters were answered
+/// LOCKGONE when it left the old one).
+struct Moved;
+
+impl Visitor for Moved {
+    fn visit<K: Saved>(self, mut key: Key)
+    where
+        Stored<K>: Typed,
+    {
+        let db = key.ctx().db();
+        let name = key.name().bytes();
+        let Ok(Some(v)) = key.value::<Stored<K>>() else {
+            return;
+        };
+        if !v.slot.is_none() && schedule::place(v.slot).is_some() {
+            schedule::relocate(v.slot, db, name);
+        } else {
+            ensure_slot(v, db, name);
+        }
+        schedule::set(v.slot, v.core.lock().next_wakeup());
+    }
+}
+
+fn generic(ctx: &Ctx, event: &[u8], key: RStr) {
+    if event != b"rename_to" && event != b"move_to" {
+        return;
+    }
+    let db = ctx.db();
+    let _ = visit(ctx, db, key.bytes(), Moved);
+}
+
+fn evicted(ctx: &Ctx, key: RStr) {
+    let db = ctx.db();
+    let name = key.bytes();
+    let Some(u) = orphans::take_unlinked(db, name) else {
+        return;
+    };
+    if let Some(until) = u.until {
+        log_warning(&format!(
+            "lease: maxmemory evicted '{}' while its leases run until {until}; new grants on \
+             it are held back until then (use a volatile-* maxmemory-policy: lock keys have \
+             no TTL, so those never evict them)",
+            text::escaped(name, 128)
+        ));
+        holdback::evicted(db, name, until);
+    }
+    // Its waiters wait on, in the lobby, until grants open on it again.
+    if let Some(o) = orphans::take(db, name) {
+        holdback::park(db, name, Slot::NONE, u.kind, u.limit, o.waiters);
+    }
 }

@@ -3,27 +3,20 @@
 
 use std::ffi::CStr;
 
-use redis_module::{raw, Context};
+use crate::clock::now_ms;
+use crate::ffi::info::Section;
+use crate::{holdback, state};
 
-use crate::state;
-
-pub fn init(ctx: &Context) {
-    unsafe {
-        raw::RedisModule_RegisterInfoFunc.unwrap()(ctx.ctx, Some(on_info));
-    }
-}
-
-extern "C" fn on_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
-    let _ = crate::guard::quietly(|| write(ctx));
-}
-
-fn write(ctx: *mut raw::RedisModuleInfoCtx) {
-    let (s, waiting, high, wakeups) = state::with(|s| {
+pub fn write(out: &mut Section) {
+    let now = now_ms();
+    let (s, waiting, high, keys, scheduled, index_bytes) = state::with(|s| {
         (
             s.stats,
             s.waiters.len(),
             s.tokens.high_water(),
-            s.wakeups.len(),
+            s.index.len(),
+            s.index.scheduled(),
+            s.index.heap_bytes(),
         )
     });
     let avg = if s.handoffs > 0 {
@@ -31,32 +24,39 @@ fn write(ctx: *mut raw::RedisModuleInfoCtx) {
     } else {
         0.0
     };
-    let ints: [(&CStr, i64); 19] = [
-        (c"keys", state::keys()),
-        (c"holders", state::holders()),
-        (c"waiters", waiting as i64),
-        (c"grants_read", s.grants_read as i64),
-        (c"grants_write", s.grants_write as i64),
-        (c"grants_leader", s.grants_leader as i64),
-        (c"releases", s.releases as i64),
-        (c"renewals", s.renewals as i64),
-        (c"lapses", s.lapses as i64),
-        (c"resignations", s.resignations as i64),
-        (c"waits", s.waits as i64),
-        (c"wait_timeouts", s.wait_timeouts as i64),
-        (c"waiters_lockgone", s.waiters_lockgone as i64),
-        (c"waiters_left", s.waiters_left as i64),
-        (c"handoffs", s.handoffs as i64),
-        (c"wait_ms_total", s.wait_ms_total as i64),
-        (c"wait_ms_max", s.wait_ms_max as i64),
-        (c"token_high_water", high.min(i64::MAX as u64) as i64),
-        (c"scheduled_wakeups", wakeups as i64),
+    let ints: [(&CStr, u64); 26] = [
+        (c"keys", state::keys().max(0) as u64),
+        (c"holders", state::holders().max(0) as u64),
+        (c"waiters", waiting as u64),
+        (c"grants_read", s.grants_read),
+        (c"grants_write", s.grants_write),
+        (c"grants_leader", s.grants_leader),
+        (c"grants_semaphore", s.grants_semaphore),
+        (c"releases", s.releases),
+        (c"renewals", s.renewals),
+        (c"lapses", s.lapses),
+        (c"resignations", s.resignations),
+        (c"waits", s.waits),
+        (c"wait_timeouts", s.wait_timeouts),
+        (c"waiters_lockgone", s.waiters_lockgone),
+        (c"waiters_left", s.waiters_left),
+        (c"handoffs", s.handoffs),
+        (c"wait_ms_total", s.wait_ms_total),
+        (c"wait_ms_max", s.wait_ms_max),
+        (c"token_high_water", high),
+        (c"scheduled_wakeups", scheduled as u64),
+        (c"indexed_keys", keys as u64),
+        (c"index_bytes", index_bytes as u64),
+        (c"quarantine_ms", holdback::quarantine_left(now)),
+        (c"lobby_waiters", holdback::waiting() as u64),
+        (c"evictions", s.evictions),
+        (
+            c"evicted_holdbacks",
+            state::with(move |s| s.evicted.values().filter(|e| e.until > now).count()) as u64,
+        ),
     ];
-    unsafe {
-        raw::RedisModule_InfoAddSection.unwrap()(ctx, c"".as_ptr());
-        for (name, value) in ints {
-            raw::RedisModule_InfoAddFieldLongLong.unwrap()(ctx, name.as_ptr(), value);
-        }
-        raw::RedisModule_InfoAddFieldDouble.unwrap()(ctx, c"wait_ms_avg".as_ptr(), avg);
+    for (name, value) in ints {
+        out.int(name, value.min(i64::MAX as u64) as i64);
     }
+    out.float(c"wait_ms_avg", avg);
 }

@@ -1,29 +1,53 @@
-//! redis-lease: native read-write locks (`RWLOCK.*`) and leader election (`LEADER.*`) for
-//! Redis, with per-holder leases, fencing tokens and waiting inside the server.
+//! redis-lease: native read-write locks (`RWLOCK.*`), leader election (`LEADER.*`) and
+//! counting semaphores (`SEMAPHORE.*`) for Redis, with per-holder leases, fencing tokens and
+//! waiting inside the server.
 //!
 //! The rules live in the pure `redis-lease-core` crate; this crate is the thin shell that
-//! parses commands, calls the core, and makes Redis agree (replication, AOF, expiry, keyspace
-//! events, blocked clients, timers).
+//! parses commands, calls the core, and makes Redis agree. Its layers, each using only the
+//! ones below it:
+//!
+//! 1. pure: `clock`, `config`, `parse`, `text`, `validate`, `wire`, `index`, `registry`,
+//!    `value`, `state` (no Redis types);
+//! 2. the C API: `ffi` (every raw `RedisModule_*` call);
+//! 3. services: `schedule` (the key index and the timer), `waiters` (parked clients),
+//!    `holdback` (quarantine, evicted leases, the lobby), `orphans`;
+//! 4. `commit` (make Redis agree with the core's changes), `visit`, `reopen`;
+//! 5. entry points: `commands`, `apply`, `timer`, `datatype`, `events`, `info`, `table`;
+//! 6. this file registers them.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
 // Without the module registration (cut out of unit-test builds), the entry points look unused.
 #![cfg_attr(test, allow(dead_code))]
 
-mod apply;
-mod blocking;
 mod clock;
-mod commands;
-mod commit;
 mod config;
-mod docs;
-mod events;
-mod guard;
-mod info;
-mod key;
+mod index;
 mod parse;
-mod replicate;
+mod registry;
 mod state;
-mod types;
-mod wakeup;
+mod text;
+mod validate;
+mod value;
+mod wire;
+
+mod ffi;
+
+mod holdback;
+mod orphans;
+mod schedule;
+mod waiters;
+
+mod commit;
+mod reopen;
+mod visit;
+
+mod apply;
+mod commands;
+mod datatype;
+mod events;
+mod info;
+mod table;
+mod timer;
 
 #[cfg(not(test))]
 mod module {
@@ -31,44 +55,44 @@ mod module {
     use redis_module::{redis_module, Context, RedisString, Status};
 
     use crate::config::*;
-    use crate::types::{ELECTION_TYPE, RWLOCK_TYPE};
-    use crate::{apply, commands, docs, events, info, wakeup};
+    use crate::datatype::{ELECTION_TYPE, RWLOCK_TYPE, SEMAPHORE_TYPE};
+    use crate::ffi::ctx::{log_warning, Ctx};
+    use crate::ffi::{info, server, timer};
+    use crate::{datatype, events, holdback, schedule, table};
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-        wakeup::init(ctx);
-        info::init(ctx);
-        docs::init(ctx);
-        events::init(ctx)
+        let Some(ctx) = Ctx::from_module(ctx) else {
+            return Status::Err;
+        };
+        datatype::init();
+        timer::init(&ctx);
+        schedule::init(crate::timer::fire);
+        info::register(&ctx, crate::info::write);
+        let done = table::register(&ctx).and_then(|()| server::init(&ctx, events::handlers()));
+        if let Err(e) = done {
+            log_warning(&format!("lease: {e}"));
+            return Status::Err;
+        }
+        // A server that starts makes no grant for the quarantine (its data may lack grants
+        // it made before it stopped); loading, if any, starts it again when it ends.
+        if ctx.is_master() {
+            holdback::start_quarantine();
+        }
+        Status::Ok
     }
 
     redis_module! {
         name: "lease",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-        data_types: [RWLOCK_TYPE, ELECTION_TYPE],
+        data_types: [RWLOCK_TYPE, ELECTION_TYPE, SEMAPHORE_TYPE],
         init: init,
-        // The optional ACL category ("blocking": these may wait) is set where the server has
-        // RedisModule_SetCommandACLCategories (Redis 7.2+, Valkey) and skipped on 7.0.
-        commands: [
-            ["rwlock.rlock", commands::rlock, "write deny-oom", 1, 1, 1, "", "blocking"],
-            ["rwlock.wlock", commands::wlock, "write deny-oom", 1, 1, 1, "", "blocking"],
-            ["rwlock.unlock", commands::unlock, "write", 1, 1, 1, ""],
-            ["rwlock.renew", commands::renew, "write fast", 1, 1, 1, ""],
-            ["rwlock.info", commands::info, "readonly", 1, 1, 1, ""],
-            ["leader.campaign", commands::campaign, "write deny-oom", 1, 1, 1, "", "blocking"],
-            ["leader.renew", commands::leader_renew, "write fast", 1, 1, 1, ""],
-            ["leader.resign", commands::resign, "write fast", 1, 1, 1, ""],
-            ["leader.current", commands::current, "readonly fast", 1, 1, 1, ""],
-            ["lease.apply", apply::apply, "write", 1, 1, 1, ""],
-        ],
-        event_handlers: [
-            [@GENERIC: events::on_generic],
-        ],
         configurations: [
             i64: [
                 ["max-ttl", &MAX_TTL, DEFAULT_MAX_TTL, 1, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, 100_000_000, ConfigurationFlags::DEFAULT, None],
-                ["max-id-length", &MAX_ID_LENGTH, DEFAULT_MAX_ID_LENGTH, 1, 1_048_576, ConfigurationFlags::DEFAULT, None],
+                ["max-id-length", &MAX_ID_LENGTH, DEFAULT_MAX_ID_LENGTH, 1, ID_LENGTH_CEILING, ConfigurationFlags::DEFAULT, None],
+                ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [],

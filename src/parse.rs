@@ -1,7 +1,9 @@
 //! Argument parsing: pure functions over byte slices, so every rule is unit-tested without a
 //! server. Every failure is an error reply text that says what is wrong.
 
-/// A parsed `[WAIT ms]` tail.
+use crate::text::quoted;
+
+/// A parsed `[WAIT ms]` option.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
     /// Try once.
@@ -10,14 +12,19 @@ pub enum Wait {
     Ms(u64),
 }
 
-/// An argument quoted in an error reply: ASCII only (other bytes escaped, as `\xe9`), at most
-/// 64 bytes, so the reply is valid whatever the client sent.
-pub fn quoted(bytes: &[u8]) -> String {
-    bytes[..bytes.len().min(64)].escape_ascii().to_string()
+/// The options after a request's fixed arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub wait: Wait,
+    /// `PERMITS n` (semaphores only; 1 when absent).
+    pub permits: u32,
 }
 
-/// The longest WAIT accepted (about 30 years): Redis adds it to its clock.
+/// The longest WAIT accepted (about 30 years).
 pub const MAX_WAIT_MS: u64 = 1_000_000_000_000;
+
+/// The largest semaphore limit.
+pub const MAX_LIMIT: u32 = i32::MAX as u32;
 
 /// Parses a strict decimal integer as Redis does: optional `-`, digits, no spaces or `+`.
 pub fn integer(bytes: &[u8]) -> Option<i64> {
@@ -32,7 +39,7 @@ pub fn integer(bytes: &[u8]) -> Option<i64> {
     s.parse().ok()
 }
 
-/// An owner or candidate id: 1 to `max_len` bytes.
+/// An owner or candidate id for a new hold: 1 to `max_len` bytes.
 pub fn id<'a>(bytes: &'a [u8], what: &str, max_len: usize) -> Result<&'a [u8], String> {
     if bytes.is_empty() {
         return Err(format!("ERR {what} must not be empty"));
@@ -51,44 +58,95 @@ pub fn ttl(bytes: &[u8], max_ttl: u64) -> Result<u64, String> {
     match integer(bytes) {
         Some(n) if n >= 1 && n as u64 <= max_ttl => Ok(n as u64),
         _ => Err(format!(
-            "ERR ttl must be an integer from 1 to {max_ttl} ms (lease.max-ttl), got '{}'",
+            "ERR ttl must be an integer from 1 to {max_ttl} ms (lease.max-ttl, and \
+             lease.quarantine while it is set), got '{}'",
             quoted(bytes)
         )),
     }
 }
 
-/// The options after the fixed arguments: `[WAIT ms]`.
-pub fn wait_option(rest: &[&[u8]]) -> Result<Wait, String> {
-    let mut wait = Wait::No;
+/// A semaphore limit: an integer from 1 to 2^31-1.
+pub fn limit(bytes: &[u8]) -> Result<u32, String> {
+    match integer(bytes) {
+        Some(n) if n >= 1 && n <= i64::from(MAX_LIMIT) => Ok(n as u32),
+        _ => Err(format!(
+            "ERR limit must be an integer from 1 to {MAX_LIMIT}, got '{}'",
+            quoted(bytes)
+        )),
+    }
+}
+
+fn wait_ms(value: &[u8]) -> Result<u64, String> {
+    match integer(value) {
+        Some(n) if n >= 0 && n as u64 <= MAX_WAIT_MS => Ok(n as u64),
+        Some(n) if n >= 0 => Err(format!("ERR WAIT is out of range (max {MAX_WAIT_MS} ms)")),
+        _ => Err(format!(
+            "ERR WAIT must be an integer >= 0 ms, got '{}'",
+            quoted(value)
+        )),
+    }
+}
+
+/// The options after the fixed arguments: `[WAIT ms]`, and `[PERMITS n]` (1 to `limit`)
+/// where `limit` is given (semaphores). Each may be given once, in any order.
+pub fn options(rest: &[&[u8]], limit: Option<u32>) -> Result<Options, String> {
+    let mut out = Options {
+        wait: Wait::No,
+        permits: 1,
+    };
+    let (mut seen_wait, mut seen_permits) = (false, false);
     let mut i = 0;
     while i < rest.len() {
-        if !rest[i].eq_ignore_ascii_case(b"WAIT") {
+        let name = rest[i];
+        let is_wait = name.eq_ignore_ascii_case(b"WAIT");
+        let is_permits = limit.is_some() && name.eq_ignore_ascii_case(b"PERMITS");
+        if !is_wait && !is_permits {
+            let known = if limit.is_some() {
+                "WAIT ms and PERMITS n"
+            } else {
+                "WAIT ms"
+            };
             return Err(format!(
-                "ERR unknown option '{}' (the only option is WAIT ms)",
-                quoted(rest[i])
+                "ERR unknown option '{}' (the options are {known})",
+                quoted(name)
             ));
         }
-        if wait != Wait::No {
-            return Err("ERR WAIT given more than once".into());
+        let word = if is_wait { "WAIT" } else { "PERMITS" };
+        if (is_wait && seen_wait) || (is_permits && seen_permits) {
+            return Err(format!("ERR {word} given more than once"));
         }
         let Some(value) = rest.get(i + 1) else {
-            return Err("ERR WAIT needs a value in ms (0 waits without limit)".into());
+            return Err(if is_wait {
+                "ERR WAIT needs a value in ms (0 waits without limit)".into()
+            } else {
+                "ERR PERMITS needs a value".into()
+            });
         };
-        wait = match integer(value) {
-            Some(n) if n >= 0 && n as u64 <= MAX_WAIT_MS => Wait::Ms(n as u64),
-            Some(n) if n >= 0 => {
-                return Err(format!("ERR WAIT is out of range (max {MAX_WAIT_MS} ms)"))
-            }
-            _ => {
-                return Err(format!(
-                    "ERR WAIT must be an integer >= 0 ms, got '{}'",
-                    quoted(value)
-                ))
-            }
-        };
+        if is_wait {
+            seen_wait = true;
+            out.wait = Wait::Ms(wait_ms(value)?);
+        } else {
+            seen_permits = true;
+            let max = limit.unwrap_or(1);
+            out.permits = match integer(value) {
+                Some(n) if n >= 1 && n <= i64::from(max) => n as u32,
+                _ => {
+                    return Err(format!(
+                        "ERR PERMITS must be an integer from 1 to the limit ({max}), got '{}'",
+                        quoted(value)
+                    ))
+                }
+            };
+        }
         i += 2;
     }
-    Ok(wait)
+    Ok(out)
+}
+
+/// The options of a lock or election request: `[WAIT ms]`.
+#[cfg(test)]
+pub fn wait_option(rest: &[&[u8]]) -> Result<Wait, String> {
+    options(rest, None).map(|o| o.wait)
 }
 
 #[cfg(test)]
@@ -128,10 +186,29 @@ mod tests {
 
     #[test]
     fn quoted_arguments_are_ascii() {
-        assert_eq!(quoted("1é".as_bytes()), "1\\xc3\\xa9");
         assert!(ttl("1é".as_bytes(), 10).unwrap_err().is_ascii());
         assert!(wait_option(&["é".as_bytes()]).unwrap_err().is_ascii());
-        assert_eq!(quoted(&[b'a'; 100]).len(), 64);
+        assert!(ttl(b"\0", 10).unwrap_err().contains("\\x00"));
+    }
+
+    #[test]
+    fn semaphore_options() {
+        let o = |a: &[&[u8]], l| options(a, Some(l));
+        assert_eq!(o(&[], 5).unwrap().permits, 1);
+        assert_eq!(o(&[b"permits", b"5"], 5).unwrap().permits, 5);
+        assert!(o(&[b"PERMITS", b"6"], 5)
+            .unwrap_err()
+            .contains("to the limit (5)"));
+        assert!(o(&[b"PERMITS", b"0"], 5).is_err());
+        let both = o(&[b"WAIT", b"10", b"PERMITS", b"2"], 5).unwrap();
+        assert_eq!((both.wait, both.permits), (Wait::Ms(10), 2));
+        assert!(o(&[b"PERMITS", b"1", b"PERMITS", b"1"], 5).is_err());
+        assert!(options(&[b"PERMITS", b"1"], None)
+            .unwrap_err()
+            .contains("unknown option"));
+        assert_eq!(limit(b"1"), Ok(1));
+        assert!(limit(b"0").is_err());
+        assert!(limit(b"2147483648").is_err());
     }
 
     #[test]
@@ -194,16 +271,16 @@ mod tests {
                 if let Err(e) = wait_option(&refs) {
                     prop_assert!(e.is_ascii());
                 }
-                prop_assert!(quoted(&a).is_ascii());
-                let _ = crate::apply::parse_ops(&refs);
+                let _ = crate::wire::parse_ops(&refs);
+                let _ = options(&refs, Some(max as u32));
             }
 
             /// Well-formed LEASE.APPLY ops always parse, whatever the owner bytes.
             #[test]
-            fn apply_ops_parse(owner in proptest::collection::vec(any::<u8>(), 1..40), d in 0..i64::MAX, t in 0..i64::MAX) {
+            fn apply_ops_parse(owner in proptest::collection::vec(any::<u8>(), 1..40), d in 0..i64::MAX, t in 0..=(crate::validate::TOKEN_CEILING as i64)) {
                 let (d, t) = (d.to_string().into_bytes(), t.to_string().into_bytes());
                 let args: Vec<&[u8]> = vec![b"GRANT", &owner, b"write", &d, &t, b"RELEASE", &owner, b"RENEW", &owner, &d];
-                prop_assert_eq!(crate::apply::parse_ops(&args).map(|o| o.len()), Ok(3));
+                prop_assert_eq!(crate::wire::parse_ops(&args).map(|o| o.len()), Ok(3));
             }
         }
     }

@@ -1,28 +1,27 @@
 //! The module's process-wide state. Everything but the two gauges is touched only on Redis's
 //! main thread (commands, timers, blocked-client callbacks, server events), so it lives in a
-//! thread-local `RefCell`. Borrows are kept short and never held across a call into Redis
-//! that can call back into the module (deleting a key runs our `unlink`).
+//! thread-local `RefCell`.
+//!
+//! The borrow rule: a borrow never spans a call into Redis, since Redis may call back into the
+//! module (deleting a key runs the `unlink` callback, which touches this state). The compiler
+//! holds it: [`with`] takes only `Send` closures, and the C API layer's types (contexts, keys,
+//! Redis strings) are not `Send`, so a closure given to `with` cannot reach Redis.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use redis_lease_core::Tokens;
-use redis_module::raw;
+use redis_lease_core::{Ms, Tokens};
 
-/// A client parked by `WAIT`.
-pub struct WaiterRec {
-    pub bc: *mut raw::RedisModuleBlockedClient,
-    pub db: i32,
-    pub key: Box<[u8]>,
-    pub since_ms: u64,
-}
+use crate::index::Index;
+use crate::registry::Registry;
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone, Copy, Debug)]
 pub struct Stats {
     pub grants_read: u64,
     pub grants_write: u64,
     pub grants_leader: u64,
+    pub grants_semaphore: u64,
     pub releases: u64,
     pub renewals: u64,
     pub lapses: u64,
@@ -34,22 +33,29 @@ pub struct Stats {
     pub wait_ms_max: u64,
     /// Waiters answered LOCKGONE (their key was deleted, renamed, moved or flushed).
     pub waiters_lockgone: u64,
-    /// Waiters whose client left (disconnected, killed, CLIENT UNBLOCK ... ERROR).
+    /// Waiters whose client left (disconnected, killed) or that a demotion sent away.
     pub waiters_left: u64,
+    /// Keys with live leases that maxmemory eviction removed.
+    pub evictions: u64,
+}
+
+/// Grants held back on one key whose live leases were evicted, until they would have lapsed.
+#[derive(Debug, Clone, Copy)]
+pub struct Evicted {
+    pub until: Ms,
 }
 
 #[derive(Default)]
 pub struct Shell {
     pub tokens: Tokens,
-    pub next_waiter: u64,
-    pub waiters: HashMap<u64, WaiterRec>,
-    pub by_client: HashMap<usize, u64>,
-    /// (when, db, key): keys to look at again, earliest first.
-    pub wakeups: BTreeSet<(u64, i32, Box<[u8]>)>,
+    pub index: Index,
+    pub waiters: Registry,
     /// The armed Redis timer: (id, when).
-    pub timer: Option<(u64, u64)>,
-    /// Waiters that timed out or left, to take out of their key's queue: (db, key, id).
-    pub cancels: Vec<(i32, Box<[u8]>, u64)>,
+    pub timer: Option<(u64, Ms)>,
+    /// No new grants before this time (0: none held back): the quarantine.
+    pub quarantine_until: Ms,
+    /// Evicted keys whose leases may still run, by (db, name).
+    pub evicted: HashMap<(i32, Box<[u8]>), Evicted>,
     pub stats: Stats,
 }
 
@@ -57,13 +63,10 @@ thread_local! {
     static SHELL: RefCell<Shell> = RefCell::new(Shell::default());
 }
 
-pub fn with<T>(f: impl FnOnce(&mut Shell) -> T) -> T {
+/// Runs `f` on the state. `f` is `Send`, so it cannot hold a Redis context, key or string, so
+/// it cannot call back into Redis while the state is borrowed.
+pub fn with<T>(f: impl FnOnce(&mut Shell) -> T + Send) -> T {
     SHELL.with(|s| f(&mut s.borrow_mut()))
-}
-
-/// Whether waiter `id` still belongs to a connected, blocked client.
-pub fn waiter_alive(id: u64) -> bool {
-    SHELL.with(|s| s.borrow().waiters.contains_key(&id))
 }
 
 /// Keys of the module's types that exist; values may be freed on a background thread, so

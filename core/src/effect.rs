@@ -21,7 +21,17 @@ pub enum Effect {
         deadline: Ms,
         token: u64,
     },
-    /// `owner` gives back one hold: its write hold first, else one read hold.
+    /// A semaphore's `owner` now holds `permits` until `deadline`, with `token`.
+    Take {
+        owner: Box<[u8]>,
+        permits: u32,
+        deadline: Ms,
+        token: u64,
+    },
+    /// A semaphore key is created with this limit (before its first grant).
+    Limit { limit: u32 },
+    /// `owner` gives back one hold: its write hold first, else one read hold (a semaphore
+    /// holder gives back all its permits).
     Release { owner: Box<[u8]> },
     /// `owner` loses all its holds.
     Drop {
@@ -33,12 +43,15 @@ pub enum Effect {
 }
 
 impl Effect {
-    pub fn owner(&self) -> &[u8] {
+    /// The owner the effect is about (`None` for a key-wide effect).
+    pub fn owner(&self) -> Option<&[u8]> {
         match self {
             Effect::Grant { owner, .. }
+            | Effect::Take { owner, .. }
             | Effect::Release { owner }
             | Effect::Drop { owner, .. }
-            | Effect::Renew { owner, .. } => owner,
+            | Effect::Renew { owner, .. } => Some(owner),
+            Effect::Limit { .. } => None,
         }
     }
 }
@@ -50,15 +63,18 @@ pub struct Woken {
     pub token: u64,
 }
 
-/// What one operation changed: the effects in order, and the waiters to answer.
+/// What one operation changed: the effects in order, the waiters granted, and the waiters
+/// whose wait ended without a grant. Every waiter that leaves the queue other than by
+/// [`cancel`](crate::RwLock::cancel) is in exactly one of `woken` and `timed_out`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Changes {
     pub effects: Vec<Effect>,
     pub woken: Vec<Woken>,
+    pub timed_out: Vec<u64>,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.effects.is_empty() && self.woken.is_empty()
+        self.effects.is_empty() && self.woken.is_empty() && self.timed_out.is_empty()
     }
 }

@@ -12,6 +12,14 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// No hold at all (the start of a new holder's record).
+    pub const EMPTY: Hold = Hold {
+        reads: 0,
+        writes: 0,
+        deadline: 0,
+        token: 0,
+    };
+
     pub fn mode(&self) -> Mode {
         if self.writes > 0 {
             Mode::Write
@@ -46,6 +54,8 @@ pub(crate) enum Holders {
 pub(crate) struct Table {
     by_owner: HashMap<Box<[u8]>, Hold>,
     by_deadline: BTreeSet<(Ms, Box<[u8]>)>,
+    /// The sum of every holder's `reads` (a semaphore's permits in use).
+    reads: u64,
 }
 
 impl Default for Holders {
@@ -66,6 +76,14 @@ impl Holders {
         match self {
             Holders::One(o, h) => (**o == *owner).then_some(h),
             Holders::Many(t) => t.by_owner.get(owner),
+        }
+    }
+
+    /// The sum of every holder's `reads`: for a semaphore, the permits in use.
+    pub fn total_reads(&self) -> u64 {
+        match self {
+            Holders::One(_, h) => h.reads.into(),
+            Holders::Many(t) => t.reads,
         }
     }
 
@@ -92,6 +110,7 @@ impl Holders {
             }
             Holders::Many(t) => match t.by_owner.get_mut(owner) {
                 Some(h) => {
+                    t.reads = t.reads - u64::from(h.reads) + u64::from(hold.reads);
                     if h.deadline != hold.deadline {
                         let key = (h.deadline, Box::<[u8]>::from(owner));
                         t.by_deadline.remove(&key);
@@ -116,6 +135,7 @@ impl Holders {
             Holders::Many(t) => {
                 let (key, hold) = t.by_owner.remove_entry(owner)?;
                 t.by_deadline.remove(&(hold.deadline, key));
+                t.reads -= u64::from(hold.reads);
                 if t.by_owner.len() == 1 {
                     // Back to the compact form; the table had at least two entries, so
                     // this walk is paid for by the inserts that grew it.
@@ -191,6 +211,7 @@ impl Holders {
 
 impl Table {
     fn insert(&mut self, owner: Box<[u8]>, hold: Hold) {
+        self.reads += u64::from(hold.reads);
         self.by_deadline.insert((hold.deadline, owner.clone()));
         self.by_owner.insert(owner, hold);
     }
@@ -227,6 +248,7 @@ mod tests {
         assert_eq!(h.max_deadline(), Some(20));
         assert_eq!(h.first_lapsed(4), None);
         assert_eq!(h.first_lapsed(5).as_deref(), Some(&b"b"[..]));
+        assert_eq!(h.total_reads(), 3);
         h.put(b"b", hold(30));
         assert_eq!(h.min_deadline(), Some(10));
         assert_eq!(h.max_deadline(), Some(30));

@@ -1,23 +1,29 @@
 //! The rules of redis-lease, as a plain state machine with no Redis types.
 //!
 //! One [`Lock`] is the state of one key: its holders (each with its own lease deadline and
-//! fencing token), its wait queue and the last token it handed out. Every operation takes
-//! `now` (milliseconds since the Unix epoch) as an argument, so the rules are tested with a
-//! fake clock.
+//! fencing token), its wait queue (each waiter with its own wait deadline) and the last token
+//! it handed out. A key is a read-write lock ([`RwLock`]), an election ([`Election`]) or a
+//! counting semaphore ([`Semaphore`]). Every operation takes `now` (milliseconds since the
+//! Unix epoch) as an argument, so the rules are tested with a fake clock, and the core alone
+//! decides, in time order, whether a waiter is granted or its wait ends.
 //!
 //! Operations *decide* and then *apply* [`Effect`]s. The effects are what the Redis shell
 //! replicates and writes to the AOF: a replica or a replay calls [`Lock::apply`] with the same
 //! effects and reaches the same state, without consulting its own clock or queue.
 
 mod effect;
+mod env;
 mod holders;
 mod lock;
 mod queue;
 mod tokens;
 
 pub use effect::{Changes, DropReason, Effect, Woken};
+pub use env::{Env, Grants};
 pub use holders::{Hold, HolderView};
-pub use lock::{Acquire, Election, Env, Kind, Lock, LockError, Request, RwLock};
+pub use lock::{
+    Acquire, Election, Keyed, Kind, Lock, LockError, Permits, Request, RwLock, Semaphore, Wait,
+};
 pub use queue::Waiter;
 pub use tokens::Tokens;
 

@@ -1,14 +1,36 @@
 use crate::effect::{Changes, DropReason, Effect, Woken};
+use crate::env::Env;
 use crate::holders::{Hold, HolderView, Holders};
 use crate::queue::{Queue, Waiter};
 use crate::{Mode, Ms, Tokens};
 
-/// What a key is: a read-write lock or an election. The two share one state machine; they
-/// differ in what a holder's repeated request means (a reentrant hold, or a renewal).
+/// What a key is. The three share one state machine (holders with their own leases, a wait
+/// queue, tokens); they differ in who may hold at once and in what a holder's repeated
+/// request means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// Readers share, a writer excludes; a repeated request is a reentrant hold.
     RwLock,
+    /// One leader; campaigning again renews its lease.
     Election,
+    /// At most `limit` permits held at once; one hold per owner.
+    Semaphore,
+}
+
+/// How a request waits when it cannot be granted at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// The waiter id the shell chose (increasing with arrival).
+    pub id: u64,
+    /// When the wait ends without a grant; `None` waits without a limit.
+    pub until: Option<Ms>,
+}
+
+impl Wait {
+    /// A wait without a time limit.
+    pub fn forever(id: u64) -> Wait {
+        Wait { id, until: None }
+    }
 }
 
 /// A request for a hold.
@@ -18,8 +40,8 @@ pub struct Request<'a> {
     pub mode: Mode,
     /// Lease length in ms, from the moment of the grant.
     pub ttl: u64,
-    /// `Some(id)`: park the request under this waiter id if it cannot be granted now.
-    pub wait: Option<u64>,
+    /// Park the request if it cannot be granted now.
+    pub wait: Option<Wait>,
     /// The most waiters this key may have.
     pub max_waiters: usize,
 }
@@ -44,46 +66,25 @@ pub enum LockError {
     TooManyWaiters(usize),
     /// No token above the highest one seen can be issued (see [`Tokens::MAX`]).
     TokensExhausted,
+    /// A semaphore request names another limit than the key's.
+    LimitMismatch { limit: u32 },
+    /// A semaphore holder asked again with another number of permits.
+    PermitsMismatch { permits: u32 },
 }
 
-impl std::fmt::Display for LockError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LockError::UpgradeDeadlock => f.write_str(
-                "DEADLOCK another reader of this key already waits to upgrade to the write lock",
-            ),
-            LockError::TooManyWaiters(n) => {
-                write!(
-                    f,
-                    "ERR too many waiters on this key (lease.max-waiters is {n})"
-                )
-            }
-            LockError::TokensExhausted => f.write_str(
-                "ERR no fencing token above the highest one seen can be issued (2^63-1 reached)",
-            ),
-        }
-    }
+/// Whether a grant keeps the owner's existing token (a reentrant hold or a downgrade) or
+/// needs a new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admit {
+    Keep(u64),
+    New,
 }
 
-/// The surroundings of one operation: the time, the token source, and which waiter ids still
-/// belong to a connected client (a waiter that is gone is skipped, never granted).
-pub struct Env<'a> {
-    /// The time, in whole ms (rounded down): leases lapse when it reaches their deadline.
-    pub now: Ms,
-    /// The clock is a fraction of a ms past `now`: new deadlines round up, so a lease never
-    /// lasts less than its ttl.
-    pub round_up: bool,
-    pub tokens: &'a mut Tokens,
-    pub alive: &'a dyn Fn(u64) -> bool,
-}
-
-impl Env<'_> {
-    /// When a lease of `ttl` granted now ends.
-    pub fn deadline(&self, ttl: u64) -> Ms {
-        self.now
-            .saturating_add(ttl)
-            .saturating_add(u64::from(self.round_up))
-    }
+/// What a give-back returns: one hold (the write hold first), or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GiveBack {
+    One,
+    All,
 }
 
 struct Op<'e, 'a> {
@@ -95,9 +96,8 @@ struct Op<'e, 'a> {
 #[derive(Debug, Default)]
 pub struct Lock {
     last_token: u64,
-    /// The earliest time the shell has asked to be woken for this key (0: none). The core
-    /// never reads it; it lives here so the key needs no other allocation.
-    pub wakeup: Ms,
+    /// A semaphore's limit (0 for the other kinds, and before a semaphore's first grant).
+    limit: u32,
     holders: Holders,
     queue: Option<Box<Queue>>,
 }
@@ -117,6 +117,11 @@ impl Lock {
         self.last_token = self.last_token.max(token);
     }
 
+    /// A semaphore's limit (0: not a semaphore, or not set yet).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
     /// No holder and no waiter: the key should not exist.
     pub fn is_empty(&self) -> bool {
         self.holders.len() == 0 && self.queue.is_none()
@@ -125,6 +130,11 @@ impl Lock {
     /// How many holders (live or not yet pruned).
     pub fn holder_count(&self) -> usize {
         self.holders.len()
+    }
+
+    /// The sum of the holders' read counts: a semaphore's permits in use.
+    pub fn permits_used(&self) -> u64 {
+        self.holders.total_reads()
     }
 
     /// How many requests wait.
@@ -152,7 +162,7 @@ impl Lock {
         self.holders.get(owner).copied().filter(|h| h.live(now))
     }
 
-    /// The earliest lease deadline: when the shell must look at this key again.
+    /// The earliest lease deadline.
     pub fn next_deadline(&self) -> Option<Ms> {
         self.holders.min_deadline()
     }
@@ -160,6 +170,20 @@ impl Lock {
     /// The latest lease deadline: after it, nothing of this key is held.
     pub fn last_deadline(&self) -> Option<Ms> {
         self.holders.max_deadline()
+    }
+
+    /// When the shell must look at this key again: its first lease deadline or its first
+    /// wait deadline, whichever comes first.
+    pub fn next_wakeup(&self) -> Option<Ms> {
+        let until = self
+            .queue
+            .as_ref()
+            .and_then(|q| q.first_until())
+            .map(|u| u.0);
+        match (self.holders.min_deadline(), until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The mode of the key at `now`: `None` when nothing live is held.
@@ -177,25 +201,35 @@ impl Lock {
     /// Heap bytes owned by this key besides the `Lock` itself, each allocation rounded up by
     /// `round` (the allocator's size classes); an estimate for large keys.
     pub fn heap_bytes_rounded(&self, round: impl Fn(usize) -> usize) -> usize {
-        let queue = self.queue.as_ref().map_or(0, |q| {
-            round(std::mem::size_of::<Queue>())
-                + q.iter()
-                    .map(|w| std::mem::size_of::<Waiter>() + 16 + round(w.owner.len()))
-                    .sum::<usize>()
-        });
+        let queue = self.queue.as_ref().map_or(0, |q| q.heap_bytes(&round));
         self.holders.heap_bytes(&round) + queue
     }
 
-    /// Empties the queue without granting anyone: the shell already answered these waiters
-    /// (their key was renamed or moved away from under them).
-    pub fn forget_waiters(&mut self) {
-        self.queue = None;
+    /// Takes every waiter out, in the order they would be served, without granting or
+    /// answering them: the shell answers them (their key went away) or parks them elsewhere
+    /// (grants are held and nothing is left to hold the key).
+    pub fn take_waiters(&mut self) -> Vec<Waiter> {
+        self.queue.take().map_or_else(Vec::new, |mut q| q.drain())
     }
 
-    /// Puts a holder back as it was saved (RDB load, RESTORE).
+    /// Parks a waiter again, as if it had just asked (after its key came back from a reload,
+    /// or grants opened again): by its id, so arrival order is kept. Call `tick` afterwards
+    /// to serve who can be served.
+    pub fn requeue(&mut self, w: Waiter) {
+        let upgrade =
+            w.mode == Mode::Write && self.holders.get(&w.owner).is_some_and(|h| h.writes == 0);
+        self.enqueue(w, upgrade);
+    }
+
+    /// Puts a holder back as it was saved (RDB load, RESTORE, AOF rewrite records).
     pub fn restore(&mut self, owner: &[u8], hold: Hold) {
         self.last_token = self.last_token.max(hold.token);
         self.holders.put(owner, hold);
+    }
+
+    /// Sets a semaphore's limit as it was saved.
+    pub fn restore_limit(&mut self, limit: u32) {
+        self.limit = limit;
     }
 
     /// Applies one effect. Deterministic: no clock, no queue.
@@ -207,39 +241,47 @@ impl Lock {
                 deadline,
                 token,
             } => {
-                let mut h = self.holders.get(owner).copied().unwrap_or(Hold {
-                    reads: 0,
-                    writes: 0,
-                    deadline: 0,
-                    token: 0,
-                });
+                let mut h = self.holders.get(owner).copied().unwrap_or(Hold::EMPTY);
                 match mode {
                     Mode::Read => h.reads = h.reads.saturating_add(1),
                     Mode::Write => h.writes = h.writes.saturating_add(1),
                 }
                 h.deadline = *deadline;
                 h.token = *token;
-                self.holders.put(owner, h);
-                self.last_token = self.last_token.max(*token);
-                tokens.observe(*token);
+                self.put_holder(owner, h, tokens);
             }
+            Effect::Take {
+                owner,
+                permits,
+                deadline,
+                token,
+            } => {
+                let h = Hold {
+                    reads: *permits,
+                    writes: 0,
+                    deadline: *deadline,
+                    token: *token,
+                };
+                self.put_holder(owner, h, tokens);
+            }
+            Effect::Limit { limit } => self.limit = *limit,
             Effect::Release { owner } => {
                 if let Some(mut h) = self.holders.get(owner).copied() {
-                    if h.writes > 0 {
+                    if self.limit > 0 {
+                        h = Hold::EMPTY;
+                    } else if h.writes > 0 {
                         h.writes -= 1;
                     } else {
                         h.reads = h.reads.saturating_sub(1);
                     }
                     if h.reads == 0 && h.writes == 0 {
-                        self.holders.remove(owner);
+                        self.remove_holder(owner);
                     } else {
                         self.holders.put(owner, h);
                     }
                 }
             }
-            Effect::Drop { owner, .. } => {
-                self.holders.remove(owner);
-            }
+            Effect::Drop { owner, .. } => self.remove_holder(owner),
             Effect::Renew { owner, deadline } => {
                 if let Some(mut h) = self.holders.get(owner).copied() {
                     h.deadline = *deadline;
@@ -249,139 +291,208 @@ impl Lock {
         }
     }
 
+    fn put_holder(&mut self, owner: &[u8], h: Hold, tokens: &mut Tokens) {
+        let new = self.holders.get(owner).is_none();
+        self.holders.put(owner, h);
+        self.last_token = self.last_token.max(h.token);
+        tokens.observe(h.token);
+        if new {
+            if let Some(q) = self.queue.as_mut() {
+                q.holder_changed(owner, true);
+            }
+        }
+    }
+
+    fn remove_holder(&mut self, owner: &[u8]) {
+        if self.holders.remove(owner).is_some() {
+            if let Some(q) = self.queue.as_mut() {
+                q.holder_changed(owner, false);
+            }
+        }
+    }
+
     fn emit(&mut self, op: &mut Op, effect: Effect) {
         self.apply(&effect, op.env.tokens);
         op.changes.effects.push(effect);
     }
 
-    /// Prunes lapsed holders, then serves waiters that can now be granted.
+    /// Lets time pass up to `now`, in the order things happened, as a timer that fired on
+    /// time would have: at each lease deadline every holder whose lease ends by then lapses
+    /// and the key is handed on; a waiter whose wait ends before the key frees up for it
+    /// times out. At a tie the lapse goes first, so a waiter still waiting at the moment the
+    /// key frees up is served.
     fn step(&mut self, kind: Kind, op: &mut Op) {
         let now = op.env.now;
-        while let Some(owner) = self.holders.first_lapsed(now) {
-            self.emit(
-                op,
-                Effect::Drop {
-                    owner,
-                    reason: DropReason::Lapse,
-                },
-            );
+        loop {
+            let lapse = self.holders.min_deadline().filter(|d| *d <= now);
+            let timeout = self
+                .queue
+                .as_ref()
+                .and_then(|q| q.first_until())
+                .filter(|(u, _)| *u <= now);
+            match (lapse, timeout) {
+                (lapse, Some((until, id))) if lapse.is_none_or(|d| until < d) => {
+                    if let Some(q) = self.queue.as_mut() {
+                        q.cancel(id);
+                    }
+                    op.changes.timed_out.push(id);
+                }
+                (Some(at), _) => {
+                    while let Some(owner) = self.holders.first_lapsed(at) {
+                        let reason = DropReason::Lapse;
+                        self.emit(op, Effect::Drop { owner, reason });
+                    }
+                }
+                (None, _) => break,
+            }
+            self.promote(kind, op);
         }
         self.promote(kind, op);
     }
 
-    fn admissible(&self, owner: &[u8], mode: Mode) -> Option<Option<u64>> {
-        admissible(&self.holders, owner, mode)
+    fn admissible(&self, kind: Kind, owner: &[u8], mode: Mode, permits: u32) -> Option<Admit> {
+        admissible(&self.holders, self.limit, kind, owner, mode, permits)
     }
 
-    /// Grants `owner` `mode` (already known admissible) and returns the token.
-    fn grant(
-        &mut self,
-        kind: Kind,
-        op: &mut Op,
-        owner: &[u8],
-        mode: Mode,
-        ttl: u64,
-    ) -> Result<u64, LockError> {
+    /// Grants `w`'s request (already known admissible, or held: reentrant) and returns the
+    /// token.
+    fn grant(&mut self, kind: Kind, op: &mut Op, w: &Waiter) -> Result<u64, LockError> {
         let now = op.env.now;
-        let deadline = op.env.deadline(ttl);
-        let held = self.holders.get(owner).copied();
+        let deadline = op.env.deadline(w.ttl);
+        let held = self.holders.get(&w.owner).copied();
+        let admit = self.admissible(kind, &w.owner, w.mode, w.permits);
         match (kind, held) {
             // A leader campaigning again renews; its term stays.
             (Kind::Election, Some(h)) => {
-                self.emit(
-                    op,
-                    Effect::Renew {
-                        owner: owner.into(),
-                        deadline,
-                    },
-                );
+                let owner = w.owner.clone();
+                self.emit(op, Effect::Renew { owner, deadline });
                 Ok(h.token)
             }
+            // A semaphore holder asking again: its lease lasts at least ttl from now.
+            (Kind::Semaphore, Some(h)) => {
+                if deadline > h.deadline {
+                    let owner = w.owner.clone();
+                    self.emit(op, Effect::Renew { owner, deadline });
+                }
+                Ok(h.token)
+            }
+            (Kind::Semaphore, None) => {
+                let token = self.issue(op.env.tokens, now)?;
+                if self.holders.len() == 0 {
+                    let limit = self.limit;
+                    self.emit(op, Effect::Limit { limit });
+                }
+                let (owner, permits) = (w.owner.clone(), w.permits);
+                let take = Effect::Take {
+                    owner,
+                    permits,
+                    deadline,
+                    token,
+                };
+                self.emit(op, take);
+                Ok(token)
+            }
             _ => {
-                let token = match self.admissible(owner, mode) {
-                    Some(Some(existing)) => existing,
-                    _ => op
-                        .env
-                        .tokens
-                        .issue(self.last_token, now)
-                        .ok_or(LockError::TokensExhausted)?,
+                let token = match admit {
+                    Some(Admit::Keep(t)) => t,
+                    _ => self.issue(op.env.tokens, now)?,
                 };
                 // A reentrant grant never shortens the owner's lease.
                 let deadline = held.map_or(deadline, |h| h.deadline.max(deadline));
-                self.emit(
-                    op,
-                    Effect::Grant {
-                        owner: owner.into(),
-                        mode,
-                        deadline,
-                        token,
-                    },
-                );
+                let grant = Effect::Grant {
+                    owner: w.owner.clone(),
+                    mode: w.mode,
+                    deadline,
+                    token,
+                };
+                self.emit(op, grant);
                 Ok(token)
             }
         }
     }
 
+    fn issue(&self, tokens: &mut Tokens, now: Ms) -> Result<u64, LockError> {
+        tokens
+            .issue(self.last_token, now)
+            .ok_or(LockError::TokensExhausted)
+    }
+
     /// Serves the head of the queue for as long as it can be granted.
     fn promote(&mut self, kind: Kind, op: &mut Op) {
         loop {
+            let holders = &self.holders;
             let Some(q) = self.queue.as_mut() else { return };
             q.skip_dead(op.env.alive);
-            if q.upgrade
-                .as_ref()
-                .is_some_and(|u| self.holders.get(&u.owner).is_none())
-            {
+            if q.upgrade().is_some_and(|u| holders.get(&u.owner).is_none()) {
                 q.demote_upgrade();
             }
-            let head = q.upgrade.as_ref().or_else(|| q.fifo.values().next());
-            let Some(head) = head else {
+            let Some(head) = q.head() else {
                 self.queue = None;
                 return;
             };
-            if admissible(&self.holders, &head.owner, head.mode).is_none() {
+            if !op.env.may_grant() {
                 return;
             }
-            let Some(w) = q
-                .upgrade
-                .take()
-                .or_else(|| q.fifo.pop_first().map(|(_, w)| w))
-            else {
+            if kind == Kind::Semaphore {
+                // The same owner queued twice with other permits: that request cannot be
+                // granted (one hold per owner), so its wait ends.
+                if holders
+                    .get(&head.owner)
+                    .is_some_and(|h| h.reads != head.permits)
+                {
+                    let id = head.id;
+                    q.cancel(id);
+                    op.changes.timed_out.push(id);
+                    continue;
+                }
+            }
+            let (owner, mode, permits) = (&head.owner, head.mode, head.permits);
+            if admissible(holders, self.limit, kind, owner, mode, permits).is_none() {
                 return;
-            };
-            let Ok(token) = self.grant(kind, op, &w.owner, w.mode, w.ttl) else {
-                // No token left: the waiter goes back in arrival order and will time out.
-                self.queue_mut().fifo.insert(w.id, w);
-                return;
-            };
-            op.changes.woken.push(Woken {
-                waiter: w.id,
-                token,
-            });
+            }
+            let Some(w) = q.pop_head() else { return };
+            match self.grant(kind, op, &w) {
+                Ok(token) => op.changes.woken.push(Woken {
+                    waiter: w.id,
+                    token,
+                }),
+                Err(_) => {
+                    // No token left: the waiter goes back in arrival order and will time out.
+                    self.enqueue(w, false);
+                    return;
+                }
+            }
         }
     }
 
-    /// Whether another current reader already waits for the write lock: as the upgrade
+    /// Whether another current reader already waits for the write lock: in the upgrade
     /// slot, or as a write request it queued before it became a reader. Two such waits would
-    /// each wait for the other's read hold to end. (Scans the queue; only an upgrade that must
-    /// wait beside other readers gets here.)
-    fn another_upgrade_waits(&mut self, owner: &[u8], op: &mut Op) -> bool {
-        let Some(q) = self.queue.as_mut() else {
+    /// each wait for the other's read hold to end. The queue indexes write requests of
+    /// current holders, so this looks only at those.
+    fn another_upgrade_waits(&self, owner: &[u8], alive: &dyn Fn(u64) -> bool) -> bool {
+        let Some(q) = self.queue.as_ref() else {
             return false;
         };
-        q.skip_dead(op.env.alive);
-        let holders = &self.holders;
-        let alive = op.env.alive;
-        let upgrading = |w: &Waiter| {
-            w.mode == Mode::Write
-                && *w.owner != *owner
-                && holders.get(&w.owner).is_some()
-                && alive(w.id)
-        };
-        q.iter().any(upgrading)
+        let holds = |o: &[u8]| self.holders.get(o).is_some();
+        if q.upgrade()
+            .is_some_and(|u| *u.owner != *owner && holds(&u.owner) && alive(u.id))
+        {
+            return true;
+        }
+        q.held_writers().filter(|o| ***o != *owner).any(|o| {
+            q.writes_of(o)
+                .is_some_and(|ids| ids.iter().any(|id| alive(*id)))
+        })
     }
 
-    fn queue_mut(&mut self) -> &mut Queue {
-        self.queue.get_or_insert_with(Box::default)
+    fn enqueue(&mut self, w: Waiter, upgrade: bool) {
+        let holds = self.holders.get(&w.owner).is_some();
+        let q = self.queue.get_or_insert_with(Box::default);
+        if upgrade && q.upgrade().is_none() {
+            q.push_upgrade(w);
+        } else {
+            q.push(w, holds);
+        }
     }
 
     fn run<T>(&mut self, env: &mut Env, f: impl FnOnce(&mut Lock, &mut Op) -> T) -> (Changes, T) {
@@ -397,25 +508,39 @@ impl Lock {
         &mut self,
         kind: Kind,
         req: &Request,
+        permits: u32,
         env: &mut Env,
     ) -> (Changes, Result<Acquire, LockError>) {
         self.run(env, |lock, op| {
             lock.step(kind, op);
+            let w = Waiter {
+                id: req.wait.map_or(0, |w| w.id),
+                owner: req.owner.into(),
+                mode: req.mode,
+                permits,
+                ttl: req.ttl,
+                until: req.wait.and_then(|w| w.until),
+            };
             let held = lock.holders.get(req.owner).copied();
-            let upgrade = matches!(held, Some(h) if req.mode == Mode::Write && h.writes == 0);
-            if held.is_some() && !upgrade {
-                // Reentrant (or, for an election, a renewal): never queues.
-                return lock
-                    .grant(kind, op, req.owner, req.mode, req.ttl)
-                    .map(Acquire::Granted);
-            }
-            if upgrade {
-                if lock.holders.len() == 1 {
-                    return lock
-                        .grant(kind, op, req.owner, req.mode, req.ttl)
-                        .map(Acquire::Granted);
+            if let (Kind::Semaphore, Some(h)) = (kind, held) {
+                if h.reads != permits {
+                    let permits = h.reads;
+                    return Err(LockError::PermitsMismatch { permits });
                 }
-                if req.wait.is_some() && lock.another_upgrade_waits(req.owner, op) {
+            }
+            let upgrade = kind == Kind::RwLock
+                && matches!(held, Some(h) if req.mode == Mode::Write && h.writes == 0);
+            if held.is_some() && !upgrade {
+                // Reentrant, a renewal, or a semaphore holder's retry: never queues, and
+                // makes no new holder, so it is allowed even while grants are held.
+                return lock.grant(kind, op, &w).map(Acquire::Granted);
+            }
+            let may = op.env.may_grant();
+            if upgrade {
+                if may && lock.holders.len() == 1 {
+                    return lock.grant(kind, op, &w).map(Acquire::Granted);
+                }
+                if req.wait.is_some() && lock.another_upgrade_waits(req.owner, op.env.alive) {
                     return Err(LockError::UpgradeDeadlock);
                 }
             } else {
@@ -423,52 +548,43 @@ impl Lock {
                     q.skip_dead(op.env.alive);
                     !q.is_empty()
                 });
-                if !queued && lock.admissible(req.owner, req.mode).is_some() {
-                    return lock
-                        .grant(kind, op, req.owner, req.mode, req.ttl)
-                        .map(Acquire::Granted);
+                let admit = lock.admissible(kind, req.owner, req.mode, permits);
+                if may && !queued && admit.is_some() {
+                    return lock.grant(kind, op, &w).map(Acquire::Granted);
                 }
             }
-            let Some(id) = req.wait else {
+            if req.wait.is_none() {
                 return Ok(Acquire::Busy);
-            };
+            }
             if lock.waiter_count() >= req.max_waiters {
                 return Err(LockError::TooManyWaiters(req.max_waiters));
             }
-            let waiter = Waiter {
-                id,
-                owner: req.owner.into(),
-                mode: req.mode,
-                ttl: req.ttl,
-            };
-            let q = lock.queue_mut();
-            // The upgrade slot holds one waiter; a second upgrade request of the same owner
-            // (another connection) waits in arrival order as an ordinary write request.
-            if upgrade && q.upgrade.is_none() {
-                q.upgrade = Some(waiter);
-            } else {
-                q.fifo.insert(id, waiter);
-            }
+            lock.enqueue(w, upgrade);
             Ok(Acquire::Queued)
         })
     }
 
-    /// Gives back one hold of `owner` (its write hold first), or with `all` every hold; then
-    /// serves the waiters. True if it held anything.
-    fn give_back(&mut self, kind: Kind, owner: &[u8], all: bool, env: &mut Env) -> (Changes, bool) {
+    /// Gives back one hold of `owner` (its write hold first), or all; then serves the
+    /// waiters. True if it held anything.
+    fn give_back(
+        &mut self,
+        kind: Kind,
+        owner: &[u8],
+        how: GiveBack,
+        env: &mut Env,
+    ) -> (Changes, bool) {
         self.run(env, |lock, op| {
             lock.step(kind, op);
             if lock.holders.get(owner).is_none() {
                 return false;
             }
             let owner = owner.into();
-            let effect = if all {
-                Effect::Drop {
+            let effect = match how {
+                GiveBack::All => Effect::Drop {
                     owner,
                     reason: DropReason::Resign,
-                }
-            } else {
-                Effect::Release { owner }
+                },
+                GiveBack::One => Effect::Release { owner },
             };
             lock.emit(op, effect);
             lock.promote(kind, op);
@@ -488,42 +604,70 @@ impl Lock {
             lock.step(kind, op);
             let h = lock.holders.get(owner).copied()?;
             let deadline = op.env.deadline(ttl);
-            lock.emit(
-                op,
-                Effect::Renew {
-                    owner: owner.into(),
-                    deadline,
-                },
-            );
+            let owner = owner.into();
+            lock.emit(op, Effect::Renew { owner, deadline });
             Some(h.token)
         })
     }
 
-    /// Prunes lapsed holders and serves waiters (a timer fired).
+    /// Prunes lapsed holders, ends waits that ran out, and serves waiters (a timer fired, or
+    /// grants opened again).
     fn tick(&mut self, kind: Kind, env: &mut Env) -> Changes {
         self.run(env, |lock, op| lock.step(kind, op)).0
     }
 
-    /// Takes waiter `id` out of the queue (it timed out or left), then serves who can now be
-    /// served; true if it was queued here.
+    /// Takes waiter `id` out of the queue (it left), then serves who can now be served; true
+    /// if it was queued here. A cancelled waiter is in neither `woken` nor `timed_out`.
     fn cancel(&mut self, kind: Kind, id: u64, env: &mut Env) -> (Changes, bool) {
         self.run(env, |lock, op| {
-            let found = lock.queue.as_mut().is_some_and(|q| q.cancel(id));
+            let found = lock.queue.as_mut().and_then(|q| q.cancel(id)).is_some();
             lock.step(kind, op);
             found
         })
     }
 }
 
-/// Whether `owner` may take `mode` now, ignoring the queue; `Some(Some(token))` when the grant
-/// keeps the owner's existing token (reentrant), `Some(None)` when it needs a new one.
-fn admissible(holders: &Holders, owner: &[u8], mode: Mode) -> Option<Option<u64>> {
-    match (mode, holders.get(owner)) {
-        (Mode::Read, Some(h)) => Some(Some(h.token)),
-        (Mode::Write, Some(h)) if h.writes > 0 => Some(Some(h.token)),
-        (Mode::Write, Some(_)) => (holders.len() == 1).then_some(None),
-        (Mode::Read, None) => (!holders.has_writer()).then_some(None),
-        (Mode::Write, None) => (holders.len() == 0).then_some(None),
+/// Whether `owner` may take `mode` (or `permits`) now, ignoring the queue.
+fn admissible(
+    holders: &Holders,
+    limit: u32,
+    kind: Kind,
+    owner: &[u8],
+    mode: Mode,
+    permits: u32,
+) -> Option<Admit> {
+    let held = holders.get(owner);
+    if kind == Kind::Semaphore {
+        let fits = holders.total_reads() + u64::from(permits) <= u64::from(limit);
+        return match held {
+            Some(h) => Some(Admit::Keep(h.token)),
+            None => fits.then_some(Admit::New),
+        };
+    }
+    match (mode, held) {
+        (Mode::Read, Some(h)) => Some(Admit::Keep(h.token)),
+        (Mode::Write, Some(h)) if h.writes > 0 => Some(Admit::Keep(h.token)),
+        (Mode::Write, Some(_)) => (holders.len() == 1).then_some(Admit::New),
+        (Mode::Read, None) => (!holders.has_writer()).then_some(Admit::New),
+        (Mode::Write, None) => (holders.len() == 0).then_some(Admit::New),
+    }
+}
+
+/// The operations every kind of key has, whatever its rules: what the shell's timer, its
+/// waiter bookkeeping and its replication need.
+pub trait Keyed: Default {
+    const KIND: Kind;
+    fn lock(&self) -> &Lock;
+    fn lock_mut(&mut self) -> &mut Lock;
+
+    /// Prunes lapsed holders, ends waits that ran out, and serves waiters.
+    fn tick(&mut self, env: &mut Env) -> Changes {
+        self.lock_mut().tick(Self::KIND, env)
+    }
+
+    /// Takes waiter `id` out (it left) and serves who can now be served.
+    fn cancel(&mut self, id: u64, env: &mut Env) -> (Changes, bool) {
+        self.lock_mut().cancel(Self::KIND, id, env)
     }
 }
 
@@ -531,15 +675,25 @@ fn admissible(holders: &Holders, owner: &[u8], mode: Mode) -> Option<Option<u64>
 #[derive(Debug, Default)]
 pub struct RwLock(pub Lock);
 
+impl Keyed for RwLock {
+    const KIND: Kind = Kind::RwLock;
+    fn lock(&self) -> &Lock {
+        &self.0
+    }
+    fn lock_mut(&mut self) -> &mut Lock {
+        &mut self.0
+    }
+}
+
 impl RwLock {
     /// `RWLOCK.RLOCK` / `RWLOCK.WLOCK`.
     pub fn lock(&mut self, req: &Request, env: &mut Env) -> (Changes, Result<Acquire, LockError>) {
-        self.0.acquire(Kind::RwLock, req, env)
+        self.0.acquire(Kind::RwLock, req, 1, env)
     }
 
     /// `RWLOCK.UNLOCK`: one hold of `owner` (its write hold first).
     pub fn unlock(&mut self, owner: &[u8], env: &mut Env) -> (Changes, bool) {
-        self.0.give_back(Kind::RwLock, owner, false, env)
+        self.0.give_back(Kind::RwLock, owner, GiveBack::One, env)
     }
 
     /// `RWLOCK.RENEW`.
@@ -548,11 +702,11 @@ impl RwLock {
     }
 
     pub fn tick(&mut self, env: &mut Env) -> Changes {
-        self.0.tick(Kind::RwLock, env)
+        Keyed::tick(self, env)
     }
 
     pub fn cancel(&mut self, id: u64, env: &mut Env) -> (Changes, bool) {
-        self.0.cancel(Kind::RwLock, id, env)
+        Keyed::cancel(self, id, env)
     }
 }
 
@@ -560,13 +714,23 @@ impl RwLock {
 #[derive(Debug, Default)]
 pub struct Election(pub Lock);
 
+impl Keyed for Election {
+    const KIND: Kind = Kind::Election;
+    fn lock(&self) -> &Lock {
+        &self.0
+    }
+    fn lock_mut(&mut self) -> &mut Lock {
+        &mut self.0
+    }
+}
+
 impl Election {
     /// `LEADER.CAMPAIGN`: the leader's renewal, or a bid for leadership.
     pub fn campaign(
         &mut self,
         candidate: &[u8],
         ttl: u64,
-        wait: Option<u64>,
+        wait: Option<Wait>,
         max_waiters: usize,
         env: &mut Env,
     ) -> (Changes, Result<Acquire, LockError>) {
@@ -577,7 +741,7 @@ impl Election {
             wait,
             max_waiters,
         };
-        self.0.acquire(Kind::Election, &req, env)
+        self.0.acquire(Kind::Election, &req, 1, env)
     }
 
     /// `LEADER.RENEW`.
@@ -587,7 +751,8 @@ impl Election {
 
     /// `LEADER.RESIGN`.
     pub fn resign(&mut self, candidate: &[u8], env: &mut Env) -> (Changes, bool) {
-        self.0.give_back(Kind::Election, candidate, true, env)
+        self.0
+            .give_back(Kind::Election, candidate, GiveBack::All, env)
     }
 
     /// `LEADER.CURRENT`: the leader, its term and its deadline, if one leads at `now`.
@@ -596,10 +761,83 @@ impl Election {
     }
 
     pub fn tick(&mut self, env: &mut Env) -> Changes {
-        self.0.tick(Kind::Election, env)
+        Keyed::tick(self, env)
     }
 
     pub fn cancel(&mut self, id: u64, env: &mut Env) -> (Changes, bool) {
-        self.0.cancel(Kind::Election, id, env)
+        Keyed::cancel(self, id, env)
+    }
+}
+
+/// A request for semaphore permits.
+#[derive(Clone, Copy, Debug)]
+pub struct Permits<'a> {
+    pub owner: &'a [u8],
+    /// The key's limit as the request names it (the key takes it when it is created).
+    pub limit: u32,
+    /// How many permits this hold takes: 1 to `limit`.
+    pub permits: u32,
+    pub ttl: u64,
+    pub wait: Option<Wait>,
+    pub max_waiters: usize,
+}
+
+/// A counting semaphore key: at most `limit` permits held at once, each holder with its own
+/// lease and token, waiters served strictly in arrival order (a large request at the head is
+/// never overtaken, so it never starves).
+#[derive(Debug, Default)]
+pub struct Semaphore(pub Lock);
+
+impl Keyed for Semaphore {
+    const KIND: Kind = Kind::Semaphore;
+    fn lock(&self) -> &Lock {
+        &self.0
+    }
+    fn lock_mut(&mut self) -> &mut Lock {
+        &mut self.0
+    }
+}
+
+impl Semaphore {
+    /// `SEMAPHORE.ACQUIRE`. A holder asking again with the same permits gets its token back
+    /// and its lease lasts at least ttl from now (so a retry after a lost reply is exact).
+    pub fn acquire(
+        &mut self,
+        req: &Permits,
+        env: &mut Env,
+    ) -> (Changes, Result<Acquire, LockError>) {
+        let lock = &mut self.0;
+        if lock.limit == 0 || lock.is_empty() {
+            lock.limit = req.limit;
+        } else if lock.limit != req.limit {
+            let limit = lock.limit;
+            return (Changes::default(), Err(LockError::LimitMismatch { limit }));
+        }
+        let r = Request {
+            owner: req.owner,
+            mode: Mode::Read,
+            ttl: req.ttl,
+            wait: req.wait,
+            max_waiters: req.max_waiters,
+        };
+        lock.acquire(Kind::Semaphore, &r, req.permits, env)
+    }
+
+    /// `SEMAPHORE.RELEASE`: all of `owner`'s permits.
+    pub fn release(&mut self, owner: &[u8], env: &mut Env) -> (Changes, bool) {
+        self.0.give_back(Kind::Semaphore, owner, GiveBack::One, env)
+    }
+
+    /// `SEMAPHORE.RENEW`.
+    pub fn renew(&mut self, owner: &[u8], ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
+        self.0.renew(Kind::Semaphore, owner, ttl, env)
+    }
+
+    pub fn tick(&mut self, env: &mut Env) -> Changes {
+        Keyed::tick(self, env)
+    }
+
+    pub fn cancel(&mut self, id: u64, env: &mut Env) -> (Changes, bool) {
+        Keyed::cancel(self, id, env)
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use harness::{request, Oracle, World, START};
 use redis_lease_core::{
     Acquire, Changes, DropReason, Effect, Election, Hold, Lock, LockError, Mode, RwLock, Tokens,
+    Wait,
 };
 
 /// Operations per run (two runs with different seeds in the default suite).
@@ -464,7 +465,13 @@ impl State {
                 max_waiters,
             } => {
                 let mut e = Election(std::mem::take(&mut slots[*slot]));
-                let (c, r) = e.campaign(o(owner), *ttl, *wait, *max_waiters, &mut world.env());
+                let (c, r) = e.campaign(
+                    o(owner),
+                    *ttl,
+                    wait.map(Wait::forever),
+                    *max_waiters,
+                    &mut world.env(),
+                );
                 count(stats, r);
                 if let Ok(Acquire::Granted(_)) = r {
                     let _ = e.current(now);
@@ -493,7 +500,7 @@ impl State {
                     l.next_deadline(),
                     l.last_deadline(),
                     l.last_token(),
-                    l.wakeup,
+                    l.next_wakeup(),
                 );
                 let e = Election(std::mem::take(&mut slots[*slot]));
                 let _ = e.current(now).map(|h| h.hold.token);
@@ -543,8 +550,8 @@ impl State {
             }
         }
         let _ = (
-            LockError::UpgradeDeadlock.to_string(),
-            LockError::TooManyWaiters(usize::MAX).to_string(),
+            format!("{:?}", LockError::UpgradeDeadlock),
+            format!("{:?}", LockError::TooManyWaiters(usize::MAX)),
         );
     }
 }
@@ -556,7 +563,7 @@ fn count(stats: &mut Stats, r: Result<Acquire, LockError>) {
         Ok(Acquire::Busy) => stats.busy += 1,
         Err(e) => {
             stats.refused += 1;
-            assert!(!e.to_string().is_empty());
+            assert!(!format!("{e:?}").is_empty());
         }
     }
 }

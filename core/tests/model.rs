@@ -21,7 +21,7 @@ mod harness;
 
 use harness::{request, World, START};
 use redis_lease_core::{
-    Acquire, Changes, Effect, Election, Lock, LockError, Mode, Request, RwLock, Tokens,
+    Acquire, Changes, Effect, Election, Lock, LockError, Mode, Request, RwLock, Tokens, Wait,
 };
 
 type TestResult = Result<(), TestCaseError>;
@@ -303,7 +303,7 @@ impl Sut {
                     owner: &o,
                     mode: *mode,
                     ttl: *ttl,
-                    wait: *wait,
+                    wait: wait.map(Wait::forever),
                     max_waiters: MAX_WAITERS,
                 };
                 let (c, r) = l.lock(&req, &mut env);
@@ -315,7 +315,13 @@ impl Sut {
                     owner, ttl, wait, ..
                 },
             ) => {
-                let (c, r) = e.campaign(&name(*owner), *ttl, *wait, MAX_WAITERS, &mut env);
+                let (c, r) = e.campaign(
+                    &name(*owner),
+                    *ttl,
+                    wait.map(Wait::forever),
+                    MAX_WAITERS,
+                    &mut env,
+                );
                 (Reply::Acquire(r), c)
             }
             (Key::Rw(l), Act::Unlock { owner }) => {
@@ -500,9 +506,20 @@ impl Model {
     }
 
     /// What happens at the start of every command: lapsed leases end, waiters are served.
+    /// Time passes in order: at each deadline up to now, every lease that ends by then lapses
+    /// and the waiters are served.
     fn begin(&mut self, woken: &mut Vec<(u64, u64)>) {
         let now = self.now;
-        self.holders.retain(|h| now < h.deadline);
+        while let Some(t) = self
+            .holders
+            .iter()
+            .map(|h| h.deadline)
+            .filter(|d| *d <= now)
+            .min()
+        {
+            self.holders.retain(|h| t < h.deadline);
+            self.serve(woken);
+        }
         self.serve(woken);
     }
 

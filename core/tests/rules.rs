@@ -5,7 +5,7 @@ mod harness;
 use harness::{granted, request, World};
 use redis_lease_core::{
     Acquire, Changes, DropReason, Effect, Election, Env, Lock, LockError, Mode, Request, RwLock,
-    Tokens, Woken,
+    Tokens, Wait, Woken,
 };
 
 /// One lock key in a world whose clock starts at 1000 ms.
@@ -282,11 +282,11 @@ fn the_queue_has_a_limit() {
         max_waiters: 1,
     };
     assert_eq!(
-        f.with(|l, env| l.lock(&req("a", Some(id)), env)),
+        f.with(|l, env| l.lock(&req("a", Some(Wait::forever(id))), env)),
         Ok(Acquire::Queued)
     );
     assert_eq!(
-        f.with(|l, env| l.lock(&req("b", Some(id + 1)), env)),
+        f.with(|l, env| l.lock(&req("b", Some(Wait::forever(id + 1))), env)),
         Err(LockError::TooManyWaiters(1))
     );
 }
@@ -302,7 +302,7 @@ fn replaying_the_effects_rebuilds_the_same_state() {
         owner: o.as_bytes(),
         mode,
         ttl: 50,
-        wait: Some(o.len() as u64),
+        wait: Some(Wait::forever(o.len() as u64)),
         max_waiters: 10,
     };
     record(f.lock.lock(&rq("a", Mode::Read), &mut env).0);
@@ -371,7 +371,8 @@ fn an_election_has_one_leader_whose_term_grows_on_every_change() {
         Ok(Acquire::Busy)
     );
     assert_eq!(
-        e.campaign(b"b", 100, Some(7), 10, &mut env).1,
+        e.campaign(b"b", 100, Some(Wait::forever(7)), 10, &mut env)
+            .1,
         Ok(Acquire::Queued)
     );
     assert_eq!(e.renew(b"b", 100, &mut env).1, None);

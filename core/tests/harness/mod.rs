@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::rc::Rc;
 
-use redis_lease_core::{Acquire, Env, LockError, Mode, Request, Tokens};
+use redis_lease_core::{Acquire, Env, Grants, LockError, Mode, Request, Tokens, Wait};
 
 /// A realistic clock start (ms since the epoch).
 pub const START: u64 = 1_700_000_000_000;
@@ -50,6 +50,8 @@ pub struct World {
     /// The clock is a fraction of a ms past `now` (new deadlines round up).
     pub round_up: bool,
     pub tokens: Tokens,
+    /// Whether new grants are open (`Held`: the server is in quarantine).
+    pub grants: Grants,
     links: Rc<RefCell<Links>>,
     alive: Box<dyn Fn(u64) -> bool>,
     next_id: u64,
@@ -64,6 +66,7 @@ impl World {
             now,
             round_up: false,
             tokens: Tokens::new(),
+            grants: Grants::Open,
             links,
             alive: Box::new(move |id| l.borrow().alive(id)),
             next_id: 1,
@@ -77,6 +80,7 @@ impl World {
             round_up: self.round_up,
             tokens: &mut self.tokens,
             alive: &*self.alive,
+            grants: self.grants,
         }
     }
 
@@ -107,7 +111,8 @@ impl World {
     }
 }
 
-/// A request; `wait: Some(id)` parks it under that waiter id if it cannot be granted now.
+/// A request; `wait: Some(id)` parks it under that waiter id, without a time limit, if it
+/// cannot be granted now.
 pub fn request(
     owner: &[u8],
     mode: Mode,
@@ -119,7 +124,7 @@ pub fn request(
         owner,
         mode,
         ttl,
-        wait,
+        wait: wait.map(Wait::forever),
         max_waiters,
     }
 }

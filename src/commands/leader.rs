@@ -1,0 +1,52 @@
+//! `LEADER.*`: leader election.
+
+use redis_lease_core::Election;
+
+use super::{acquire, change, held_id, ms_left, new_id, options, read, token, ttl, Outcome};
+use crate::clock;
+use crate::config;
+use crate::ffi::args::Args;
+use crate::ffi::ctx::Ctx;
+use crate::ffi::reply::Reply;
+
+/// `LEADER.CAMPAIGN key candidate ttl [WAIT ms]`
+pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
+    let candidate = new_id(args, 2, "candidate")?;
+    let ttl = ttl(args, 3)?;
+    let (wait_ms, _) = options(ctx, args, 4, None)?;
+    acquire::<Election>(ctx, args, wait_ms, 0, |core, env, wait| {
+        core.campaign(candidate, ttl, wait, config::max_waiters(), env)
+    })
+}
+
+/// `LEADER.RENEW key candidate ttl`
+pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
+    let candidate = held_id(args, 2, "candidate")?;
+    let ttl = ttl(args, 3)?;
+    let t = change::<Election, _>(ctx, args, None, |core, env| core.renew(candidate, ttl, env))?;
+    Ok(t.map_or(Reply::Nil, token))
+}
+
+/// `LEADER.RESIGN key candidate`
+pub fn resign(ctx: &Ctx, args: &Args) -> Outcome {
+    let candidate = held_id(args, 2, "candidate")?;
+    let done = change::<Election, _>(ctx, args, false, |core, env| core.resign(candidate, env))?;
+    Ok(Reply::Int(done.into()))
+}
+
+/// `LEADER.CURRENT key`: `[candidate, term, ttl-left-ms]`, or nil.
+pub fn current(ctx: &Ctx, args: &Args) -> Outcome {
+    let (now, fraction) = clock::now();
+    read::<Election, _>(ctx, args, |seen| {
+        match seen.value.and_then(|v| v.core.current(now)) {
+            Some(h) => {
+                ctx.reply_array(3);
+                ctx.reply_bulk(h.owner);
+                ctx.reply(token(h.hold.token));
+                ctx.reply_int(ms_left(h.hold.deadline, now, fraction));
+                Reply::Written
+            }
+            None => Reply::Nil,
+        }
+    })
+}

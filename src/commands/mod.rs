@@ -1,0 +1,217 @@
+//! The commands: parse, call the core, commit, reply. What every kind of key shares is here:
+//! the argument rules, the acquire / change / read shapes, and the replies to the core's
+//! errors (their texts live in the shell, not in the core).
+
+pub mod leader;
+pub mod rwlock;
+pub mod semaphore;
+
+use redis_lease_core::{Acquire, Changes, Env, LockError, Wait};
+
+use crate::clock;
+use crate::commit::{commit, ensure_slot, run, Origin};
+use crate::ffi::args::Args;
+use crate::ffi::ctx::Ctx;
+use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
+use crate::ffi::reply::{Reply, ReplyError};
+use crate::parse::{self, Wait as WaitOpt};
+use crate::value::{Saved, Stored};
+use crate::{config, holdback, reopen, state, waiters};
+
+pub type Outcome = Result<Reply, ReplyError>;
+
+/// The id of a request for a new hold: 1 to `lease.max-id-length` bytes.
+pub fn new_id<'a>(args: &Args<'a>, i: usize, what: &str) -> Result<&'a [u8], ReplyError> {
+    parse::id(args.bytes(i), what, config::max_id_length()).map_err(ReplyError::from)
+}
+
+/// The id of a holder that may already hold: only non-empty, so a holder whose id is longer
+/// than a lowered `lease.max-id-length` can still renew and release.
+pub fn held_id<'a>(args: &Args<'a>, i: usize, what: &str) -> Result<&'a [u8], ReplyError> {
+    let max = config::ID_LENGTH_CEILING as usize;
+    parse::id(args.bytes(i), what, max).map_err(ReplyError::from)
+}
+
+pub fn ttl(args: &Args, i: usize) -> Result<u64, ReplyError> {
+    parse::ttl(args.bytes(i), config::max_ttl()).map_err(ReplyError::from)
+}
+
+/// The options from argument `from` on: the wait in ms as far as this context allows
+/// blocking (inside MULTI/EXEC or a script a request answers at once, as if no WAIT was
+/// given), and the permits (`limit`: a semaphore's).
+pub fn options(
+    ctx: &Ctx,
+    args: &Args,
+    from: usize,
+    limit: Option<u32>,
+) -> Result<(Option<u64>, u32), ReplyError> {
+    let o = parse::options(&args.rest(from), limit).map_err(ReplyError::from)?;
+    let wait = match o.wait {
+        WaitOpt::Ms(ms) if ctx.may_block() => Some(ms),
+        _ => None,
+    };
+    Ok((wait, o.permits))
+}
+
+/// Grants are decided by masters only: a replica that accepts writes (`replica-read-only no`)
+/// must not grant locks nobody else would see.
+pub fn writable(ctx: &Ctx) -> Result<(), ReplyError> {
+    if ctx.is_master() || ctx.replicated() {
+        Ok(())
+    } else {
+        Err("READONLY this server is a replica: locks are granted by the master".into())
+    }
+}
+
+/// The reply to a request the rules refuse.
+pub fn refused(e: LockError) -> ReplyError {
+    match e {
+        LockError::UpgradeDeadlock => {
+            "DEADLOCK another reader of this key already waits to upgrade to the write lock".into()
+        }
+        LockError::TooManyWaiters(n) => {
+            format!("ERR too many waiters on this key (lease.max-waiters is {n})").into()
+        }
+        LockError::TokensExhausted => {
+            "ERR no fencing token above the highest one seen can be issued (2^63-1 reached)".into()
+        }
+        LockError::LimitMismatch { limit } => {
+            format!("ERR this semaphore's limit is {limit}; a request must name the same limit")
+                .into()
+        }
+        LockError::PermitsMismatch { permits } => format!(
+            "ERR this owner holds {permits} permits of this semaphore; release them before \
+             asking for another number"
+        )
+        .into(),
+    }
+}
+
+pub fn token(t: u64) -> Reply {
+    Reply::Int(t.min(i64::MAX as u64) as i64)
+}
+
+/// Whole ms left until `deadline` (a live one: `deadline > now`), rounded down against the
+/// clock's fraction of a ms.
+pub fn ms_left(deadline: u64, now: u64, fraction: bool) -> i64 {
+    let left = deadline
+        .saturating_sub(now)
+        .saturating_sub(u64::from(fraction));
+    left.min(i64::MAX as u64) as i64
+}
+
+fn open<'a>(ctx: &'a Ctx, args: &Args<'a>) -> Result<Key<'a>, ReplyError> {
+    let name = args.get(1).ok_or(ReplyError::from("ERR missing key"))?;
+    Key::open(ctx, name, Access::Write).ok_or_else(|| "ERR could not open the key".into())
+}
+
+/// A request that may be granted, refused or parked (RLOCK, WLOCK, CAMPAIGN, ACQUIRE).
+pub fn acquire<K: Saved>(
+    ctx: &Ctx,
+    args: &Args,
+    wait_ms: Option<u64>,
+    limit: u32,
+    op: impl FnOnce(&mut K, &mut Env, Option<Wait>) -> (Changes, Result<Acquire, LockError>),
+) -> Outcome
+where
+    Stored<K>: Typed,
+{
+    writable(ctx)?;
+    let db = ctx.db();
+    let name = args.bytes(1);
+    // Waiters parked while grants were held go first, if grants opened meanwhile.
+    reopen::release(ctx, db, name);
+    let wait = wait_ms.map(|ms| Wait {
+        id: waiters::next_id(),
+        until: (ms > 0).then(|| clock::now_ms().saturating_add(ms)),
+    });
+    let mut key = open(ctx, args)?;
+    let (v, created) = key
+        .value_or_create::<Stored<K>>(Stored::default)
+        .map_err(|_| ReplyError::from(WRONGTYPE))?;
+    if created {
+        state::count_key(1);
+        if let Some(slot) = holdback::lobby_slot(db, name) {
+            // Grants are held on this name and its waiters wait in the lobby: this request
+            // queues behind them there (see `commit::settle`).
+            v.slot = slot;
+            v.core.lock_mut().restore_limit(limit);
+        }
+    }
+    ensure_slot(v, db, name);
+    let before = v.core.lock().holder_count();
+    let (changes, result) = run(v, (db, name), |core, env| op(core, env, wait));
+    if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
+        waiters::park(ctx, w.id, v.slot);
+    }
+    let owner = args.get(2);
+    commit::<K>(key, before, changes, Origin::Here { owner });
+    match result {
+        Ok(Acquire::Granted(t)) => Ok(token(t)),
+        Ok(Acquire::Busy) => Ok(Reply::Nil),
+        Ok(Acquire::Queued) => Ok(Reply::Parked),
+        Err(e) => Err(refused(e)),
+    }
+}
+
+/// A change to an existing holder (UNLOCK, RENEW, RESIGN, RELEASE); `missing` answers a
+/// missing key.
+pub fn change<K: Saved, T>(
+    ctx: &Ctx,
+    args: &Args,
+    missing: T,
+    op: impl FnOnce(&mut K, &mut Env) -> (Changes, T),
+) -> Result<T, ReplyError>
+where
+    Stored<K>: Typed,
+{
+    writable(ctx)?;
+    let db = ctx.db();
+    let name = args.bytes(1);
+    let mut key = open(ctx, args)?;
+    let v = match key.value::<Stored<K>>() {
+        Ok(Some(v)) => v,
+        Ok(None) => return Ok(missing),
+        Err(_) => return Err(WRONGTYPE.into()),
+    };
+    ensure_slot(v, db, name);
+    let before = v.core.lock().holder_count();
+    let (changes, out) = run(v, (db, name), op);
+    let owner = args.get(2);
+    commit::<K>(key, before, changes, Origin::Here { owner });
+    Ok(out)
+}
+
+/// What a read command sees of a key: its value, and how many of its queued waiters are
+/// really waiting (some may have left; the lobby's count for a name without a key).
+pub struct Seen<'a, K> {
+    pub value: Option<&'a Stored<K>>,
+    pub waiters: usize,
+}
+
+/// Reads a key without changing it.
+pub fn read<K: Saved, T>(
+    ctx: &Ctx,
+    args: &Args,
+    f: impl FnOnce(Seen<'_, K>) -> T,
+) -> Result<T, ReplyError>
+where
+    Stored<K>: Typed,
+{
+    let name = args.get(1).ok_or(ReplyError::from("ERR missing key"))?;
+    let key = Key::open(ctx, name, Access::Read);
+    let value = match key.as_ref().map(|k| k.peek::<Stored<K>>()) {
+        None | Some(Ok(None)) => None,
+        Some(Ok(Some(v))) => Some(v),
+        Some(Err(_)) => return Err(WRONGTYPE.into()),
+    };
+    let waiters = match value {
+        Some(v) => v
+            .core
+            .lock()
+            .waiter_count()
+            .saturating_sub(waiters::cancels_of(v.slot)),
+        None => holdback::waiting_on(ctx.db(), name.bytes()),
+    };
+    Ok(f(Seen { value, waiters }))
+}

@@ -1,0 +1,104 @@
+//! `RWLOCK.*`: read-write locks.
+
+use redis_lease_core::{Mode, Request, RwLock};
+
+use super::{acquire, change, held_id, ms_left, new_id, options, read, token, ttl, Outcome};
+use crate::clock;
+use crate::config;
+use crate::ffi::args::Args;
+use crate::ffi::ctx::Ctx;
+use crate::ffi::reply::Reply;
+
+fn lock(ctx: &Ctx, args: &Args, mode: Mode) -> Outcome {
+    let owner = new_id(args, 2, "owner")?;
+    let ttl = ttl(args, 3)?;
+    let (wait_ms, _) = options(ctx, args, 4, None)?;
+    acquire::<RwLock>(ctx, args, wait_ms, 0, |core, env, wait| {
+        let req = Request {
+            owner,
+            mode,
+            ttl,
+            wait,
+            max_waiters: config::max_waiters(),
+        };
+        core.lock(&req, env)
+    })
+}
+
+/// `RWLOCK.RLOCK key owner ttl [WAIT ms]`
+pub fn rlock(ctx: &Ctx, args: &Args) -> Outcome {
+    lock(ctx, args, Mode::Read)
+}
+
+/// `RWLOCK.WLOCK key owner ttl [WAIT ms]`
+pub fn wlock(ctx: &Ctx, args: &Args) -> Outcome {
+    lock(ctx, args, Mode::Write)
+}
+
+/// `RWLOCK.UNLOCK key owner`
+pub fn unlock(ctx: &Ctx, args: &Args) -> Outcome {
+    let owner = held_id(args, 2, "owner")?;
+    let done = change::<RwLock, _>(ctx, args, false, |core, env| core.unlock(owner, env))?;
+    Ok(Reply::Int(done.into()))
+}
+
+/// `RWLOCK.RENEW key owner ttl`
+pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
+    let owner = held_id(args, 2, "owner")?;
+    let ttl = ttl(args, 3)?;
+    let t = change::<RwLock, _>(ctx, args, None, |core, env| core.renew(owner, ttl, env))?;
+    Ok(t.map_or(Reply::Nil, token))
+}
+
+/// `RWLOCK.INFO key`: a map of `holders` (each a map of `count`, `mode`, `owner`, `token`,
+/// `ttl`, in grant order), `mode`, `token` and `waiters`.
+pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
+    let (now, fraction) = clock::now();
+    read::<RwLock, _>(ctx, args, |seen| {
+        let lock = seen.value.map(|v| &v.core.0);
+        let mut live: Vec<_> = lock.into_iter().flat_map(|l| l.live_holders(now)).collect();
+        live.sort_unstable_by_key(|h| h.hold.token);
+        let entries: Vec<(Mode, u32, _)> = live
+            .iter()
+            .flat_map(|h| {
+                [
+                    (Mode::Write, h.hold.writes, *h),
+                    (Mode::Read, h.hold.reads, *h),
+                ]
+                .into_iter()
+                .filter(|(_, c, _)| *c > 0)
+            })
+            .collect();
+        ctx.reply_map(4);
+        ctx.reply_bulk(b"holders");
+        ctx.reply_array(entries.len());
+        for (m, count, h) in entries {
+            ctx.reply_map(5);
+            ctx.reply_bulk(b"count");
+            ctx.reply_int(count.into());
+            ctx.reply_bulk(b"mode");
+            ctx.reply_simple(mode_word(m));
+            ctx.reply_bulk(b"owner");
+            ctx.reply_bulk(h.owner);
+            ctx.reply_bulk(b"token");
+            ctx.reply(token(h.hold.token));
+            ctx.reply_bulk(b"ttl");
+            ctx.reply_int(ms_left(h.hold.deadline, now, fraction));
+        }
+        let mode = lock.and_then(|l| l.mode(now)).map_or(c"none", mode_word);
+        ctx.reply_bulk(b"mode");
+        ctx.reply_simple(mode);
+        ctx.reply_bulk(b"token");
+        ctx.reply(token(lock.map_or(0, |l| l.last_token())));
+        ctx.reply_bulk(b"waiters");
+        ctx.reply_int(seen.waiters as i64);
+        Reply::Written
+    })
+}
+
+fn mode_word(m: Mode) -> &'static std::ffi::CStr {
+    match m {
+        Mode::Read => c"read",
+        Mode::Write => c"write",
+    }
+}

@@ -1,0 +1,80 @@
+//! `SEMAPHORE.*`: counting semaphores with a lease per holder, served in arrival order.
+
+use redis_lease_core::{Permits, Semaphore};
+
+use super::{acquire, change, held_id, ms_left, new_id, options, read, token, ttl, Outcome};
+use crate::clock;
+use crate::config;
+use crate::ffi::args::Args;
+use crate::ffi::ctx::Ctx;
+use crate::ffi::reply::{Reply, ReplyError};
+use crate::parse;
+
+/// `SEMAPHORE.ACQUIRE key owner limit ttl [PERMITS n] [WAIT ms]`
+pub fn acquire_cmd(ctx: &Ctx, args: &Args) -> Outcome {
+    let owner = new_id(args, 2, "owner")?;
+    let limit = parse::limit(args.bytes(3)).map_err(ReplyError::from)?;
+    let ttl = ttl(args, 4)?;
+    let (wait_ms, permits) = options(ctx, args, 5, Some(limit))?;
+    acquire::<Semaphore>(ctx, args, wait_ms, limit, |core, env, wait| {
+        let req = Permits {
+            owner,
+            limit,
+            permits,
+            ttl,
+            wait,
+            max_waiters: config::max_waiters(),
+        };
+        core.acquire(&req, env)
+    })
+}
+
+/// `SEMAPHORE.RELEASE key owner`
+pub fn release(ctx: &Ctx, args: &Args) -> Outcome {
+    let owner = held_id(args, 2, "owner")?;
+    let done = change::<Semaphore, _>(ctx, args, false, |core, env| core.release(owner, env))?;
+    Ok(Reply::Int(done.into()))
+}
+
+/// `SEMAPHORE.RENEW key owner ttl`
+pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
+    let owner = held_id(args, 2, "owner")?;
+    let ttl = ttl(args, 3)?;
+    let t = change::<Semaphore, _>(ctx, args, None, |core, env| core.renew(owner, ttl, env))?;
+    Ok(t.map_or(Reply::Nil, token))
+}
+
+/// `SEMAPHORE.INFO key`: a map of `holders` (each a map of `owner`, `permits`, `token`,
+/// `ttl`, in grant order), `limit`, `token`, `used` and `waiters`.
+pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
+    let (now, fraction) = clock::now();
+    read::<Semaphore, _>(ctx, args, |seen| {
+        let lock = seen.value.map(|v| &v.core.0);
+        let mut live: Vec<_> = lock.into_iter().flat_map(|l| l.live_holders(now)).collect();
+        live.sort_unstable_by_key(|h| h.hold.token);
+        let used: u64 = live.iter().map(|h| u64::from(h.hold.reads)).sum();
+        ctx.reply_map(5);
+        ctx.reply_bulk(b"holders");
+        ctx.reply_array(live.len());
+        for h in &live {
+            ctx.reply_map(4);
+            ctx.reply_bulk(b"owner");
+            ctx.reply_bulk(h.owner);
+            ctx.reply_bulk(b"permits");
+            ctx.reply_int(h.hold.reads.into());
+            ctx.reply_bulk(b"token");
+            ctx.reply(token(h.hold.token));
+            ctx.reply_bulk(b"ttl");
+            ctx.reply_int(ms_left(h.hold.deadline, now, fraction));
+        }
+        ctx.reply_bulk(b"limit");
+        ctx.reply_int(lock.map_or(0, |l| l.limit().into()));
+        ctx.reply_bulk(b"token");
+        ctx.reply(token(lock.map_or(0, |l| l.last_token())));
+        ctx.reply_bulk(b"used");
+        ctx.reply_int(used as i64);
+        ctx.reply_bulk(b"waiters");
+        ctx.reply_int(seen.waiters as i64);
+        Reply::Written
+    })
+}

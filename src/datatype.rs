@@ -1,0 +1,282 @@
+//! The three data types, `lease-rwl` (a read-write lock), `lease-ldr` (an election) and
+//! `lease-sem` (a semaphore): RDB, AOF rewrite, copy, unlink, free and memory accounting.
+//! Waiters are connections, so they are neither saved nor copied. Every loaded field is
+//! checked (`crate::validate`): a RESTORE payload is client input.
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_lease_core::{Hold, Kind, Lock};
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::commit::ensure_slot;
+use crate::ffi::io::Io;
+use crate::ffi::key::Typed;
+use crate::ffi::string::{RStr, RString};
+use crate::ffi::types::{methods, DataType, Place};
+use crate::index::Slot;
+use crate::registry::Orphans;
+use crate::value::{LeaderStored, RwStored, Saved, SemStored, Stored};
+use crate::wire::Word;
+use crate::{config, schedule, state, validate};
+
+/// RDB encoding version of every type. Version 1: last token, (a semaphore's limit), then
+/// each holder as (owner, reads, writes, deadline ms since epoch, token).
+pub const ENCVER: i32 = 1;
+
+pub static RWLOCK_TYPE: RedisType = RedisType::new("lease-rwl", ENCVER, methods::<RwStored>(true));
+pub static ELECTION_TYPE: RedisType =
+    RedisType::new("lease-ldr", ENCVER, methods::<LeaderStored>(false));
+pub static SEMAPHORE_TYPE: RedisType =
+    RedisType::new("lease-sem", ENCVER, methods::<SemStored>(false));
+
+static TYPES: [AtomicPtr<raw::RedisModuleType>; 3] = [
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+];
+
+/// Keeps the registered types' handles (once, after `redis_module!` created them).
+pub fn init() {
+    for (i, t) in [&RWLOCK_TYPE, &ELECTION_TYPE, &SEMAPHORE_TYPE]
+        .iter()
+        .enumerate()
+    {
+        TYPES[i].store(*t.raw_type.borrow(), Ordering::Relaxed);
+    }
+}
+
+impl<K: Saved> Typed for Stored<K> {
+    fn redis_type() -> *mut raw::RedisModuleType {
+        TYPES[K::INDEX].load(Ordering::Relaxed)
+    }
+}
+
+/// Rounds a request up to the allocator's size class (jemalloc's spacing: 8 and 16 below
+/// 128 bytes, then four classes per doubling).
+fn size_class(n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    if n <= 8 {
+        return 8;
+    }
+    if n <= 128 {
+        return n.div_ceil(16) * 16;
+    }
+    let spacing = n.next_power_of_two() / 8;
+    n.div_ceil(spacing) * spacing
+}
+
+fn load_lock(io: &mut Io, kind: Kind) -> Option<Lock> {
+    let last = io.load_u64().ok()?;
+    let limit = if kind == Kind::Semaphore {
+        u32::try_from(io.load_u64().ok()?).ok()?
+    } else {
+        0
+    };
+    let n = io.load_u64().ok()?;
+    let mut holds: Vec<(Vec<u8>, Hold)> = Vec::new();
+    for _ in 0..n {
+        let owner = io.load_bytes(config::ID_LENGTH_CEILING as usize).ok()?;
+        let count = |v: u64| u32::try_from(v).ok();
+        let hold = Hold {
+            reads: count(io.load_u64().ok()?)?,
+            writes: count(io.load_u64().ok()?)?,
+            deadline: io.load_u64().ok()?,
+            token: io.load_u64().ok()?,
+        };
+        if holds.iter().any(|(o, _)| *o == owner) {
+            return None;
+        }
+        holds.push((owner, hold));
+    }
+    if last > validate::TOKEN_CEILING {
+        return None;
+    }
+    let view = holds.iter().map(|(o, h)| (o.as_slice(), h));
+    validate::key(kind, limit, view).ok()?;
+    let mut lock = Lock::new();
+    lock.observe_token(last);
+    lock.restore_limit(limit);
+    for (owner, h) in &holds {
+        lock.restore(owner, *h);
+    }
+    Some(lock)
+}
+
+fn save_lock(io: &mut Io, lock: &Lock, kind: Kind) {
+    io.save_u64(lock.last_token());
+    if kind == Kind::Semaphore {
+        io.save_u64(lock.limit().into());
+    }
+    io.save_u64(lock.holder_count() as u64);
+    for h in lock.holders() {
+        io.save_bytes(h.owner);
+        io.save_u64(h.hold.reads.into());
+        io.save_u64(h.hold.writes.into());
+        io.save_u64(h.hold.deadline);
+        io.save_u64(h.hold.token);
+    }
+}
+
+/// Holders per `LEASE.APPLY` command of an AOF rewrite (as Redis batches big values).
+const HOLDS_PER_COMMAND: usize = 64;
+
+fn num(n: u64) -> RString {
+    RString::from_i64(n.min(i64::MAX as u64) as i64)
+}
+
+fn word(w: &str) -> RString {
+    RString::from_bytes(w.as_bytes())
+}
+
+impl<K: Saved> DataType for Stored<K> {
+    fn rdb_load(io: &mut Io, encver: i32) -> Option<Self> {
+        if !(1..=ENCVER).contains(&encver) {
+            return None;
+        }
+        let lock = load_lock(io, K::KIND)?;
+        let mut v = Stored::<K>::default();
+        *v.core.lock_mut() = lock;
+        let last = v.core.lock().last_token();
+        state::with(move |s| s.tokens.observe(last));
+        state::count_key(1);
+        state::count_holders(v.core.lock().holder_count() as i64);
+        // Look at this key when its first lease ends (the name is known for RDB loads and
+        // RESTORE; without it, the key gets its entry on first access).
+        if let (Some(name), Some(db)) = (io.key_name(), io.db()) {
+            ensure_slot(&mut v, db, name);
+            schedule::set(v.slot, v.core.lock().next_wakeup());
+        }
+        Some(v)
+    }
+
+    fn rdb_save(&self, io: &mut Io) {
+        save_lock(io, self.core.lock(), K::KIND);
+    }
+
+    fn aof_rewrite(&self, io: &mut Io, key: RStr) {
+        let lock = self.core.lock();
+        let kind = word(Word::of_kind(K::KIND).as_str());
+        // The key's last token, the server-wide high-water mark (so an AOF without an RDB
+        // preamble keeps it as long as one key exists), a semaphore's limit, and the holders,
+        // in commands of at most HOLDS_PER_COMMAND holders. The first command carries the
+        // first holders too, so the key it makes is never empty (an empty key is deleted at
+        // once, and LAST would be lost with it).
+        let high = state::with(|s| s.tokens.high_water());
+        let mut args = vec![
+            kind,
+            word("LAST"),
+            num(lock.last_token()),
+            word("HIGH"),
+            num(high),
+        ];
+        if K::KIND == Kind::Semaphore {
+            args.push(word("LIMIT"));
+            args.push(num(lock.limit().into()));
+        }
+        let mut in_batch = 0;
+        for h in lock.holders() {
+            if in_batch == HOLDS_PER_COMMAND {
+                io.emit_aof(c"LEASE.APPLY", key, &args);
+                args.truncate(1);
+                in_batch = 0;
+            }
+            args.push(word("HOLD"));
+            args.push(RString::from_bytes(h.owner));
+            args.push(num(h.hold.reads.into()));
+            args.push(num(h.hold.writes.into()));
+            args.push(num(h.hold.deadline));
+            args.push(num(h.hold.token));
+            in_batch += 1;
+        }
+        if args.len() > 1 {
+            io.emit_aof(c"LEASE.APPLY", key, &args);
+        }
+    }
+
+    fn mem_usage(&self) -> usize {
+        self.core.lock().heap_bytes_rounded(size_class)
+    }
+
+    fn unlinked(&mut self, from: Option<Place>) {
+        // The key left the keyspace (DEL, expiry, RENAME/MOVE source, overwrite, eviction):
+        // its entry goes, and its waiters are decided on (see `events`).
+        // (On servers that announce the new name before unlinking the old one, the entry
+        // already follows the key: it is not at the old place any more, so it stays.)
+        let here = from.is_none_or(|p| schedule::is_at(self.slot, p.db, p.name));
+        if here {
+            schedule::detach(std::mem::replace(&mut self.slot, Slot::NONE));
+        }
+        let lock = self.core.lock_mut();
+        if lock.holder_count() == 0 && lock.waiter_count() == 0 {
+            return;
+        }
+        let Some(p) = from else {
+            crate::orphans::add(None, lock.take_waiters());
+            return;
+        };
+        let until = lock.last_deadline().filter(|d| *d > crate::clock::now_ms());
+        let o = Orphans {
+            db: p.db,
+            name: p.name.into(),
+            waiters: lock.take_waiters(),
+        };
+        crate::orphans::unlinked(o, until, K::KIND, lock.limit());
+    }
+
+    fn copied(&self, to: Option<Place>) -> Self {
+        let mut copy = Stored::<K>::default();
+        let (from, into) = (self.core.lock(), copy.core.lock_mut());
+        into.observe_token(from.last_token());
+        into.restore_limit(from.limit());
+        for h in from.holders() {
+            into.restore(h.owner, h.hold);
+        }
+        state::count_key(1);
+        state::count_holders(copy.core.lock().holder_count() as i64);
+        if let Some(p) = to {
+            ensure_slot(&mut copy, p.db, p.name);
+            schedule::set(copy.slot, copy.core.lock().next_wakeup());
+        }
+        copy
+    }
+
+    fn freed(self) {
+        // May run on a background thread (lazy free): touch only the value and the atomics.
+        state::count_key(-1);
+        state::count_holders(-(self.core.lock().holder_count() as i64));
+    }
+
+    fn aux_save(io: &mut Io) {
+        io.save_u64(state::with(|s| s.tokens.high_water()));
+    }
+
+    fn aux_load(io: &mut Io, encver: i32) -> bool {
+        if encver > ENCVER {
+            return false;
+        }
+        match io.load_u64() {
+            Ok(high) if high <= validate::TOKEN_CEILING => {
+                state::with(move |s| s.tokens.observe(high));
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_class;
+
+    #[test]
+    fn size_classes_follow_jemalloc() {
+        assert_eq!(size_class(36), 48);
+        assert_eq!(size_class(64), 64);
+        assert_eq!(size_class(129), 160);
+        assert_eq!(size_class(200), 224);
+        assert_eq!(size_class(1000), 1024);
+    }
+}

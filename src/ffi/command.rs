@@ -1,0 +1,147 @@
+//! Commands: one table row per command (see `crate::table`) gives its registration, its
+//! COMMAND DOCS and its arity; [`run`] is the body of every command's `extern "C"` entry.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::raw;
+
+use super::args::Args;
+use super::ctx::{log_notice, log_warning, Ctx};
+use super::reply::{Reply, ReplyError};
+use super::{api, api_opt, guard};
+
+pub type Handler = fn(&Ctx, &Args) -> Result<Reply, ReplyError>;
+
+/// One command.
+pub struct Spec {
+    pub name: &'static CStr,
+    /// The `extern "C"` entry; made by the table's macro, it calls [`run`].
+    pub func:
+        extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int,
+    pub flags: &'static CStr,
+    /// As Redis counts it: exactly n arguments (with the name), or at least -n.
+    pub arity: i32,
+    /// An ACL category to add where the server allows modules to (Redis 7.2+, Valkey).
+    pub acl: Option<&'static CStr>,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+}
+
+fn arity_ok(arity: i32, n: usize) -> bool {
+    if arity >= 0 {
+        n == arity as usize
+    } else {
+        n >= arity.unsigned_abs() as usize
+    }
+}
+
+/// Runs a command handler under the panic guard: checks the arity, calls `h`, writes its
+/// reply or error. A panic becomes an error reply and a warning in the log.
+pub fn run(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    arity: i32,
+    h: Handler,
+) -> c_int {
+    // SAFETY: Redis calls a command's function with its live context and arguments, valid
+    // for the call.
+    let Some(ctx) = (unsafe { Ctx::from_raw(ctx) }) else {
+        return raw::REDISMODULE_ERR as c_int;
+    };
+    // SAFETY: as above.
+    let args = unsafe { Args::from_raw(argv, argc) };
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        if !arity_ok(arity, args.len()) {
+            let name = crate::text::quoted(args.bytes(0)).to_lowercase();
+            let e = format!("ERR wrong number of arguments for '{name}' command");
+            return Err(ReplyError::from(e));
+        }
+        h(&ctx, &args)
+    }));
+    match out {
+        Ok(Ok(r)) => ctx.reply(r),
+        Ok(Err(e)) => ctx.reply_error(&e),
+        Err(p) => {
+            log_warning(&format!(
+                "lease: a command handler panicked ({}); it answered an error",
+                guard::panic_text(&p)
+            ));
+            ctx.reply_error_c(guard::INTERNAL);
+        }
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers every command of `table` (while the module loads), with COMMAND DOCS where
+/// the server has `RedisModule_SetCommandInfo`.
+pub fn register(ctx: &Ctx, table: &[Spec]) -> Result<(), String> {
+    for spec in table {
+        // SAFETY: called from OnLoad; every pointer is a static string or function. The key
+        // is argument 1 of every command.
+        let rc = unsafe {
+            api!(RedisModule_CreateCommand)(
+                ctx.raw(),
+                spec.name.as_ptr(),
+                Some(spec.func),
+                spec.flags.as_ptr(),
+                1,
+                1,
+                1,
+            )
+        };
+        if rc != raw::REDISMODULE_OK as i32 {
+            return Err(format!(
+                "could not register {}",
+                spec.name.to_string_lossy()
+            ));
+        }
+        describe(ctx, spec);
+    }
+    Ok(())
+}
+
+fn describe(ctx: &Ctx, spec: &Spec) {
+    let (Some(get), Some(set)) = (
+        api_opt!(RedisModule_GetCommand),
+        api_opt!(RedisModule_SetCommandInfo),
+    ) else {
+        return;
+    };
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    let since = CString::new(env!("CARGO_PKG_VERSION")).unwrap_or_default();
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: spec.summary.as_ptr(),
+        complexity: spec.complexity.as_ptr(),
+        since: since.as_ptr(),
+        history: std::ptr::null_mut(),
+        tips: std::ptr::null(),
+        arity: spec.arity,
+        key_specs: std::ptr::null_mut(),
+        args: std::ptr::null_mut(),
+    };
+    // SAFETY: the command was just created; Redis copies the info it keeps.
+    unsafe {
+        let cmd = get(ctx.raw(), spec.name.as_ptr());
+        if cmd.is_null() || set(cmd, &info) != raw::REDISMODULE_OK as i32 {
+            log_notice(&format!(
+                "lease: could not set COMMAND DOCS of {}",
+                spec.name.to_string_lossy()
+            ));
+            return;
+        }
+        if let (Some(acl), Some(set_acl)) =
+            (spec.acl, api_opt!(RedisModule_SetCommandACLCategories))
+        {
+            set_acl(cmd, acl.as_ptr());
+        }
+    }
+}

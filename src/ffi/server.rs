@@ -1,0 +1,191 @@
+//! Server events and keyspace notifications the module listens to, and its module options.
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+use redis_module::raw;
+
+use super::ctx::Ctx;
+use super::string::RStr;
+use super::{api, guard};
+
+/// Where data loading stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loading {
+    Started,
+    Ended,
+    Failed,
+}
+
+/// What the module does on server events (implemented by its entry layer).
+pub struct Handlers {
+    /// FLUSHDB / FLUSHALL (and a replica's full sync, and DEBUG RELOAD), before anything is
+    /// freed: `None` means every db.
+    pub flush: fn(&Ctx, Option<i32>),
+    pub swapdb: fn(i32, i32),
+    /// The server became a master (`true`) or a replica.
+    pub role: fn(&Ctx, bool),
+    pub loading: fn(&Ctx, Loading),
+    /// A generic keyspace event (`rename_to`, `move_to`, ...) on `key`, with the context's db
+    /// selected.
+    pub generic: fn(&Ctx, &[u8], RStr),
+    /// A key was evicted by maxmemory (just after its value's unlink callback).
+    pub evicted: fn(&Ctx, RStr),
+}
+
+static HANDLERS: OnceLock<Handlers> = OnceLock::new();
+
+fn handlers() -> Option<&'static Handlers> {
+    HANDLERS.get()
+}
+
+fn subscribe(ctx: &Ctx, id: u64, cb: raw::RedisModuleEventCallback) -> Result<(), String> {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    // SAFETY: called while loading; the callback is a plain function.
+    let rc = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx.raw(), event, cb) };
+    if rc == raw::REDISMODULE_OK as i32 {
+        Ok(())
+    } else {
+        Err(format!("could not subscribe to server event {id}"))
+    }
+}
+
+/// Sets the module options and subscribes `h` to every event it handles.
+pub fn init(ctx: &Ctx, h: Handlers) -> Result<(), String> {
+    // SAFETY: called while loading. HANDLE_IO_ERRORS makes a bad payload a load error (the
+    // data-type callbacks check every read) instead of stopping the server.
+    unsafe {
+        api!(RedisModule_SetModuleOptions)(
+            ctx.raw(),
+            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int,
+        );
+    }
+    let _ = HANDLERS.set(h);
+    subscribe(ctx, raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush))?;
+    subscribe(ctx, raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb))?;
+    subscribe(
+        ctx,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+        Some(on_role),
+    )?;
+    subscribe(ctx, raw::REDISMODULE_EVENT_LOADING, Some(on_loading))?;
+    let types = (raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
+    // SAFETY: called while loading; the callback is a plain function.
+    let rc =
+        unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx.raw(), types, Some(on_keyspace)) };
+    if rc != raw::REDISMODULE_OK as i32 {
+        return Err("could not subscribe to keyspace events".into());
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `ctx` must be the context of the running server-event callback.
+unsafe fn event_ctx(ctx: *mut raw::RedisModuleCtx) -> Option<Ctx> {
+    Ctx::from_raw(ctx)
+}
+
+extern "C" fn on_flush(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_FLUSHDB_START || data.is_null() {
+        return;
+    }
+    guard::callback("the flush event", || {
+        // SAFETY: Redis passes its FlushInfo for this event; `ctx` is the callback's.
+        let (db, ctx) = unsafe {
+            (
+                (*data.cast::<raw::RedisModuleFlushInfoV1>()).dbnum,
+                event_ctx(ctx),
+            )
+        };
+        if let (Some(h), Some(ctx)) = (handlers(), ctx) {
+            (h.flush)(&ctx, (db >= 0).then_some(db));
+        }
+    });
+}
+
+extern "C" fn on_swapdb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    data: *mut c_void,
+) {
+    if data.is_null() {
+        return;
+    }
+    guard::callback("the swapdb event", || {
+        // SAFETY: Redis passes its SwapDbInfo for this event.
+        let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfoV1>() };
+        if let Some(h) = handlers() {
+            (h.swapdb)(info.dbnum_first, info.dbnum_second);
+        }
+    });
+}
+
+extern "C" fn on_role(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    guard::callback("the role-change event", || {
+        // SAFETY: the callback's context.
+        if let (Some(h), Some(ctx)) = (handlers(), unsafe { event_ctx(ctx) }) {
+            (h.role)(
+                &ctx,
+                sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER,
+            );
+        }
+    });
+}
+
+extern "C" fn on_loading(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    let what = match sub {
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED => Loading::Ended,
+        raw::REDISMODULE_SUBEVENT_LOADING_FAILED => Loading::Failed,
+        _ => Loading::Started,
+    };
+    guard::callback("the loading event", || {
+        // SAFETY: the callback's context.
+        if let (Some(h), Some(ctx)) = (handlers(), unsafe { event_ctx(ctx) }) {
+            (h.loading)(&ctx, what);
+        }
+    });
+}
+
+extern "C" fn on_keyspace(
+    ctx: *mut raw::RedisModuleCtx,
+    kind: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    guard::callback("a keyspace event", || {
+        // SAFETY: Redis passes the callback's context, a NUL-terminated event name and the
+        // key's name, all valid for the call.
+        let (ctx, event, key) = unsafe {
+            (
+                event_ctx(ctx),
+                (!event.is_null()).then(|| std::ffi::CStr::from_ptr(event)),
+                RStr::from_raw(key),
+            )
+        };
+        let (Some(h), Some(ctx), Some(event), Some(key)) = (handlers(), ctx, event, key) else {
+            return;
+        };
+        if kind & raw::REDISMODULE_NOTIFY_EVICTED as c_int != 0 {
+            (h.evicted)(&ctx, key);
+        } else {
+            (h.generic)(&ctx, event.to_bytes(), key);
+        }
+    });
+    raw::REDISMODULE_OK as c_int
+}

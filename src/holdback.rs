@@ -1,0 +1,249 @@
+//! When new grants are held back, and where waiters wait meanwhile.
+//!
+//! - **Quarantine** (`lease.quarantine`): after this server becomes a master, and after it
+//!   loads its data, it makes no new grant for that long: the old master (or this server before
+//!   a crash) may have granted leases this one never saw, and they lapse by then.
+//! - **Evicted leases**: when maxmemory eviction removes a key whose leases are still running,
+//!   new grants on that name wait until those leases would have lapsed.
+//!
+//! Holds that exist keep working. A waiter whose key has nothing left to hold it (no holder)
+//! waits in the lobby, outside the keyspace, so that the keyspace stays what replicas and the
+//! AOF see; when grants open again its key is made anew and the lobby's waiters queue in it in
+//! arrival order.
+
+use std::collections::HashMap;
+
+use redis_lease_core::{Grants, Kind, Ms, Waiter};
+
+use crate::clock::now_ms;
+use crate::index::Slot;
+use crate::state::{self, Evicted};
+use crate::{config, schedule, waiters};
+
+/// Waiters of a name that has no key now.
+#[derive(Debug)]
+pub struct Lobby {
+    pub slot: Slot,
+    pub kind: Kind,
+    /// A semaphore's limit (0 for the other kinds).
+    pub limit: u32,
+    pub waiters: Vec<Waiter>,
+}
+
+/// Lobbies by db, then by name.
+type Lobbies = HashMap<i32, HashMap<Box<[u8]>, Lobby>>;
+
+thread_local! {
+    static LOBBY: std::cell::RefCell<Lobbies> = std::cell::RefCell::new(HashMap::new());
+}
+
+/// As `state::with`, for the lobbies (a cell of their own: a lobby borrow may look up the
+/// waiter registry).
+fn with_lobby<T>(f: impl FnOnce(&mut Lobbies) -> T + Send) -> T {
+    LOBBY.with(|l| f(&mut l.borrow_mut()))
+}
+
+/// Until when grants on `name` in `db` are held back (`None`: they are open at `now`).
+pub fn held_until(db: i32, name: &[u8], now: Ms) -> Option<Ms> {
+    let name: Box<[u8]> = name.into();
+    state::with(move |s| {
+        let mut until = (s.quarantine_until > now).then_some(s.quarantine_until);
+        if !s.evicted.is_empty() {
+            if let Some(e) = s.evicted.get(&(db, name)) {
+                if e.until > now {
+                    until = Some(until.map_or(e.until, |u: Ms| u.max(e.until)));
+                }
+            }
+        }
+        until
+    })
+}
+
+/// Whether new grants may be made on `name` in `db` at `now`.
+pub fn grants(db: i32, name: &[u8], now: Ms) -> Grants {
+    // The common case costs two loads and no allocation.
+    let quiet = state::with(|s| s.quarantine_until <= now && s.evicted.is_empty());
+    if quiet || held_until(db, name, now).is_none() {
+        Grants::Open
+    } else {
+        Grants::Held
+    }
+}
+
+/// Starts a quarantine of `lease.quarantine` ms from now (if it is set).
+pub fn start_quarantine() {
+    let q = config::quarantine_ms();
+    if q == 0 {
+        return;
+    }
+    let until = now_ms().saturating_add(q);
+    state::with(move |s| s.quarantine_until = s.quarantine_until.max(until));
+    schedule::arm(until);
+}
+
+/// Ms of quarantine left.
+pub fn quarantine_left(now: Ms) -> u64 {
+    state::with(|s| s.quarantine_until.saturating_sub(now))
+}
+
+/// A key whose leases run until `until` was evicted: hold back new grants on it until then.
+pub fn evicted(db: i32, name: &[u8], until: Ms) {
+    let name: Box<[u8]> = name.into();
+    state::with(move |s| {
+        let now = now_ms();
+        s.evicted.retain(|_, e| e.until > now);
+        s.evicted.insert((db, name), Evicted { until });
+        s.stats.evictions += 1;
+    });
+    schedule::arm(until);
+}
+
+/// Parks the waiters of a key that has no holder left while grants are held back. `slot`
+/// is the key's index entry, which the lobby keeps (it wakes the lobby up).
+pub fn park(db: i32, name: &[u8], slot: Slot, kind: Kind, limit: u32, mut waiting: Vec<Waiter>) {
+    let slot = if slot.is_none() {
+        schedule::attach(db, name)
+    } else {
+        slot
+    };
+    let ids: Vec<u64> = waiting.iter().map(|w| w.id).collect();
+    waiters::rebind(&ids, slot);
+    let name: Box<[u8]> = name.into();
+    let when = with_lobby(move |l| {
+        let lobby = l.entry(db).or_default().entry(name).or_insert(Lobby {
+            slot,
+            kind,
+            limit,
+            waiters: Vec::new(),
+        });
+        lobby.waiters.append(&mut waiting);
+        lobby.waiters.sort_by_key(|w| w.id);
+        next_wake(lobby)
+    });
+    reschedule(slot, when);
+}
+
+fn next_wake(lobby: &Lobby) -> Option<Ms> {
+    lobby.waiters.iter().filter_map(|w| w.until).min()
+}
+
+fn reschedule(slot: Slot, until: Option<Ms>) {
+    // Wake at the first wait deadline, or when grants open, whichever is first.
+    let open = schedule::place(slot).and_then(|(db, name)| held_until(db, &name, now_ms()));
+    let when = match (until, open) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b).or(Some(now_ms())),
+    };
+    schedule::set(slot, when);
+}
+
+/// The lobby slot of `name`, if waiters wait there.
+pub fn lobby_slot(db: i32, name: &[u8]) -> Option<Slot> {
+    if with_lobby(|l| l.is_empty()) {
+        return None;
+    }
+    let name: Box<[u8]> = name.into();
+    with_lobby(move |l| l.get(&db).and_then(|m| m.get(&name)).map(|x| x.slot))
+}
+
+/// Takes the lobby of `name` out, to make its key anew.
+pub fn take(db: i32, name: &[u8]) -> Option<Lobby> {
+    if with_lobby(|l| l.is_empty()) {
+        return None;
+    }
+    let name: Box<[u8]> = name.into();
+    with_lobby(move |l| {
+        let m = l.get_mut(&db)?;
+        let out = m.remove(&name);
+        if m.is_empty() {
+            l.remove(&db);
+        }
+        out
+    })
+}
+
+/// The lobby at `slot` woke up with grants still held: end the waits that ran out and wake
+/// again later; the lobby is dropped when nobody is left.
+pub fn expire(db: i32, name: &[u8], now: Ms) {
+    let key: Box<[u8]> = name.into();
+    let (ended, slot, when, empty) = match with_lobby(move |l| {
+        let lobby = l.get_mut(&db)?.get_mut(&key)?;
+        let mut ended = Vec::new();
+        lobby.waiters.retain(|w| {
+            let over = w.until.is_some_and(|u| u <= now) || !waiters::alive(w.id);
+            if over {
+                ended.push(w.id);
+            }
+            !over
+        });
+        let empty = lobby.waiters.is_empty();
+        let out = (ended, lobby.slot, next_wake(lobby), empty);
+        if empty {
+            if let Some(m) = l.get_mut(&db) {
+                m.remove(&key);
+                if m.is_empty() {
+                    l.remove(&db);
+                }
+            }
+        }
+        Some(out)
+    }) {
+        Some(x) => x,
+        None => return,
+    };
+    for id in ended {
+        waiters::answer(id, waiters::Answer::Nil);
+    }
+    if empty {
+        schedule::detach(slot);
+    } else {
+        reschedule(slot, when);
+    }
+}
+
+/// SWAPDB: lobbies follow their db's contents, as keys do.
+pub fn swap_dbs(a: i32, b: i32) {
+    with_lobby(move |l| {
+        let x = l.remove(&a);
+        let y = l.remove(&b);
+        if let Some(x) = x {
+            l.insert(b, x);
+        }
+        if let Some(y) = y {
+            l.insert(a, y);
+        }
+    });
+}
+
+/// This server became a replica: nobody waits in its lobbies any more.
+pub fn clear() -> Vec<(Slot, Vec<u64>)> {
+    with_lobby(|l| {
+        l.drain()
+            .flat_map(|(_, m)| m.into_values())
+            .map(|x| (x.slot, x.waiters.iter().map(|w| w.id).collect()))
+            .collect()
+    })
+}
+
+/// How many waiters wait in lobbies.
+pub fn waiting() -> usize {
+    with_lobby(|l| {
+        l.values()
+            .flat_map(|m| m.values())
+            .map(|x| x.waiters.len())
+            .sum()
+    })
+}
+
+/// How many waiters wait in the lobby of `name` in `db`.
+pub fn waiting_on(db: i32, name: &[u8]) -> usize {
+    if with_lobby(|l| l.is_empty()) {
+        return 0;
+    }
+    let name: Box<[u8]> = name.into();
+    with_lobby(move |l| {
+        l.get(&db)
+            .and_then(|m| m.get(&name))
+            .map_or(0, |x| x.waiters.len())
+    })
+}

@@ -1,0 +1,92 @@
+//! When the module looks at a key again: every key of its types has an entry in the key index
+//! with its next wake-up (its first lease deadline or its first wait deadline), and one shared
+//! Redis timer is armed for the earliest of all. The timer's entry point (`crate::timer`)
+//! registers itself here when the module loads.
+
+use std::sync::OnceLock;
+
+use redis_lease_core::Ms;
+
+use crate::clock::now_ms;
+use crate::ffi::ctx::Ctx;
+use crate::ffi::timer;
+use crate::index::{Place, Slot};
+use crate::state;
+
+static FIRE: OnceLock<fn(&Ctx)> = OnceLock::new();
+
+/// The function the timer runs (once, while the module loads).
+pub fn init(fire: fn(&Ctx)) {
+    let _ = FIRE.set(fire);
+}
+
+/// The longest single timer; a later wake-up re-arms when it fires. (A far deadline must not
+/// overflow Redis's timer arithmetic, ms * 1000 in a 64-bit µs clock.)
+const MAX_TIMER_MS: u64 = 60_000;
+
+/// Makes sure the timer fires no later than `at`.
+pub fn arm(at: Ms) {
+    let Some(fire) = FIRE.get().copied() else {
+        return;
+    };
+    let stop = state::with(|s| match s.timer {
+        Some((_, when)) if when <= at => Err(()),
+        other => Ok(other.map(|(id, _)| id)),
+    });
+    let Ok(stop) = stop else { return };
+    if let Some(id) = stop {
+        timer::stop(id);
+    }
+    let period = at.saturating_sub(now_ms()).min(MAX_TIMER_MS);
+    if let Some(id) = timer::create(period, fire) {
+        state::with(|s| s.timer = Some((id, at)));
+    }
+}
+
+/// The timer fired: it is no longer armed.
+pub fn fired() {
+    state::with(|s| s.timer = None);
+}
+
+/// A new index entry for the key `name` in `db`.
+pub fn attach(db: i32, name: &[u8]) -> Slot {
+    state::with(|s| s.index.attach(db, name))
+}
+
+/// Drops a key's entry (it left the keyspace).
+pub fn detach(slot: Slot) -> bool {
+    state::with(|s| s.index.detach(slot))
+}
+
+/// Whether `slot` is the live entry of `name` in `db`.
+pub fn is_at(slot: Slot, db: i32, name: &[u8]) -> bool {
+    state::with(|s| s.index.is_at(slot, db, name))
+}
+
+/// Where `slot`'s key is, as owned data.
+pub fn place(slot: Slot) -> Option<(i32, Box<[u8]>)> {
+    state::with(|s| s.index.place(slot).map(|p: Place| (p.db, p.name.into())))
+}
+
+/// The key moved (RENAME, MOVE).
+pub fn relocate(slot: Slot, db: i32, name: &[u8]) {
+    state::with(|s| s.index.relocate(slot, db, name));
+}
+
+/// Makes the timer look at `slot`'s key at `when` (`None`: not at all).
+pub fn set(slot: Slot, when: Option<Ms>) {
+    state::with(|s| s.index.schedule(slot, when));
+    if let Some(at) = when {
+        arm(at);
+    }
+}
+
+/// The next entry due at or before `now`.
+pub fn pop_due(now: Ms) -> Option<Slot> {
+    state::with(|s| s.index.pop_due(now))
+}
+
+/// The earliest wake-up scheduled.
+pub fn first_due() -> Option<Ms> {
+    state::with(|s| s.index.first_due())
+}

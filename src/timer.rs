@@ -1,0 +1,108 @@
+//! The module's one timer: at each key's next wake-up it prunes lapsed leases, ends waits that
+//! ran out and hands the key to its waiters; it also takes departed waiters out of their
+//! queues, answers the waiters of keys that went away, and opens lobbies when grants open. On
+//! a replica it changes nothing (its master's effects arrive); the schedule waits for a
+//! promotion, which wakes it.
+
+use crate::clock::now_ms;
+use crate::commit::{commit, run, Origin};
+use crate::ffi::ctx::Ctx;
+use crate::ffi::key::{Key, Typed};
+use crate::ffi::timer;
+use crate::index::Slot;
+use crate::value::{Saved, Stored};
+use crate::visit::{visit, Visitor};
+use crate::{orphans, reopen, schedule, waiters};
+
+/// While a failover pauses writes (`CLIENT PAUSE WRITE`, `FAILOVER`), background writes must
+/// wait: look again this much later.
+const PAUSED_RETRY_MS: u64 = 10;
+
+/// Most keys one timer turn handles before it yields to the event loop (and fires again at
+/// once), so a burst of lapses cannot stall the server.
+const KEYS_PER_TURN: usize = 10_000;
+
+pub fn fire(ctx: &Ctx) {
+    schedule::fired();
+    if timer::avoid_replica_traffic() {
+        schedule::arm(now_ms() + PAUSED_RETRY_MS);
+        return;
+    }
+    if !ctx.is_master() {
+        return;
+    }
+    let now = now_ms();
+    if !ctx.loading() {
+        orphans::answer_gone();
+    }
+    for (slot, id) in waiters::take_cancels() {
+        on_slot(ctx, slot, Some(id));
+    }
+    let mut handled = 0;
+    while handled < KEYS_PER_TURN {
+        let Some(slot) = schedule::pop_due(now) else {
+            break;
+        };
+        on_slot(ctx, slot, None);
+        handled += 1;
+    }
+    let next = if handled == KEYS_PER_TURN {
+        Some(now)
+    } else {
+        schedule::first_due()
+    };
+    if let Some(at) = next {
+        schedule::arm(at);
+    }
+}
+
+struct Tick {
+    slot: Slot,
+    cancel: Option<u64>,
+}
+
+impl Visitor for Tick {
+    fn visit<K: Saved>(self, mut key: Key)
+    where
+        Stored<K>: Typed,
+    {
+        let db = key.ctx().db();
+        let name = key.name().bytes();
+        let Ok(Some(v)) = key.value::<Stored<K>>() else {
+            return;
+        };
+        if v.slot != self.slot {
+            if v.slot.is_none() {
+                v.slot = self.slot;
+            } else if self.cancel.is_none() {
+                // A stale entry naming a key that has its own.
+                schedule::detach(self.slot);
+            }
+        }
+        let before = v.core.lock().holder_count();
+        let cancel = self.cancel;
+        let (changes, ()) = run(v, (db, name), |core, env| match cancel {
+            Some(id) => (core.cancel(id, env).0, ()),
+            None => (core.tick(env), ()),
+        });
+        commit::<K>(key, before, changes, Origin::Here { owner: None });
+    }
+}
+
+/// Looks at the key of `slot`: ticks it (or takes departed waiter `cancel` out), or opens its
+/// lobby, or drops an entry whose key is gone.
+fn on_slot(ctx: &Ctx, slot: Slot, cancel: Option<u64>) {
+    let Some((db, name)) = schedule::place(slot) else {
+        return;
+    };
+    if visit(ctx, db, &name, Tick { slot, cancel }).is_ok() {
+        return;
+    }
+    if cancel.is_some() {
+        return;
+    }
+    if !reopen::release(ctx, db, &name) && crate::holdback::lobby_slot(db, &name) != Some(slot) {
+        // No key and no lobby: a stale entry (its key went by a route that did not say so).
+        schedule::detach(slot);
+    }
+}

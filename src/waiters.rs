@@ -1,0 +1,158 @@
+//! Clients parked by `WAIT`: the core keeps each key's queue of waiter ids (and their wait
+//! deadlines); here each id maps to its blocked client. Every parked client gets exactly one
+//! answer, through one path: a token when the core granted it, nil when the core ended its
+//! wait, LOCKGONE when its key went away, READONLY when this server became a replica. A client
+//! that leaves (disconnect, CLIENT KILL) is taken out of its queue and never granted.
+
+use std::ffi::CStr;
+
+use redis_lease_core::Changes;
+
+use crate::clock::now_ms;
+use crate::ffi::block::{self, Parked};
+use crate::ffi::ctx::Ctx;
+use crate::index::Slot;
+use crate::registry::Rec;
+use crate::state;
+
+/// What a parked client is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Token(u64),
+    /// The wait ended without a grant.
+    Nil,
+    /// The key was deleted, renamed, moved or flushed.
+    Gone,
+    /// This server became a replica.
+    Demoted,
+}
+
+pub const GONE: &CStr =
+    c"LOCKGONE the key was deleted, renamed or flushed while this request waited";
+pub const DEMOTED: &CStr =
+    c"READONLY this server became a replica while the request waited: retry on the master";
+
+struct Waiters;
+
+impl Parked for Waiters {
+    type Answer = Answer;
+
+    fn reply(ctx: &Ctx, answer: Option<&Answer>) {
+        match answer {
+            Some(Answer::Token(t)) => ctx.reply_int((*t).min(i64::MAX as u64) as i64),
+            Some(Answer::Gone) => ctx.reply_error_c(GONE),
+            Some(Answer::Demoted) => ctx.reply_error_c(DEMOTED),
+            Some(Answer::Nil) | None => ctx.reply_null(),
+        }
+    }
+
+    fn disconnected(client: usize) {
+        leave(client);
+    }
+}
+
+/// A fresh waiter id (ids grow with arrival, which is the queue's order).
+pub fn next_id() -> u64 {
+    state::with(|s| s.waiters.next_id())
+}
+
+/// Parks the running command's client as waiter `id` of the key at `slot`. The command then
+/// returns without a reply.
+pub fn park(ctx: &Ctx, id: u64, slot: Slot) {
+    let client = block::block::<Waiters>(ctx);
+    let since = now_ms();
+    state::with(|s| {
+        s.waiters.insert(
+            id,
+            Rec {
+                client,
+                slot,
+                since,
+            },
+        );
+        s.stats.waits += 1;
+    });
+}
+
+/// Whether waiter `id` still belongs to a connected, parked client.
+pub fn alive(id: u64) -> bool {
+    state::with(|s| s.waiters.contains(id))
+}
+
+/// Answers waiter `id` (no-op if it is not parked any more); true if it was.
+pub fn answer(id: u64, a: Answer) -> bool {
+    let rec = state::with(|s| {
+        let rec = s.waiters.remove(id)?;
+        let st = &mut s.stats;
+        match a {
+            Answer::Token(_) => {
+                let waited = now_ms().saturating_sub(rec.since);
+                st.handoffs += 1;
+                st.wait_ms_total += waited;
+                st.wait_ms_max = st.wait_ms_max.max(waited);
+            }
+            Answer::Nil => st.wait_timeouts += 1,
+            Answer::Gone => st.waiters_lockgone += 1,
+            Answer::Demoted => st.waiters_left += 1,
+        }
+        Some(rec)
+    });
+    let Some(rec) = rec else { return false };
+    block::answer::<Waiters>(rec.client, a);
+    true
+}
+
+/// Answers the waiters an operation granted or whose wait it ended.
+pub fn answer_changes(changes: &Changes) {
+    for w in &changes.woken {
+        answer(w.waiter, Answer::Token(w.token));
+    }
+    for id in &changes.timed_out {
+        answer(*id, Answer::Nil);
+    }
+}
+
+/// The key at `slot` moved to another entry: its parked waiters follow it.
+pub fn rebind(ids: &[u64], slot: Slot) {
+    let ids = ids.to_vec();
+    state::with(move |s| {
+        for id in ids {
+            s.waiters.rebind(id, slot);
+        }
+    });
+}
+
+/// Every waiter id (for a demotion).
+pub fn all() -> Vec<u64> {
+    state::with(|s| s.waiters.ids_of(None))
+}
+
+/// The client behind `client` stops waiting: take it out of the registry, remember to take it
+/// out of its key's queue (done the next time the key is touched where replication is
+/// allowed: the timer is armed for now), and let go of the handle.
+fn leave(client: usize) {
+    let left = state::with(|s| {
+        let (_, rec) = s.waiters.leave(client)?;
+        s.stats.waiters_left += 1;
+        Some(rec)
+    });
+    if let Some(rec) = left {
+        crate::schedule::arm(now_ms());
+        block::release(rec.client);
+    }
+}
+
+/// The waiters of `slot`'s key that left but are still in its queue.
+pub fn take_cancels_of(slot: Slot) -> Vec<u64> {
+    state::with(|s| s.waiters.take_cancels_of(slot))
+}
+
+/// How many of `slot`'s queued waiters already left.
+pub fn cancels_of(slot: Slot) -> usize {
+    state::with(|s| s.waiters.cancels_of(slot))
+}
+
+/// Every departed waiter still queued somewhere, by key.
+pub fn take_cancels() -> Vec<(Slot, u64)> {
+    state::with(|s| s.waiters.take_cancels())
+}

@@ -1,0 +1,383 @@
+//! The `LEASE.APPLY key kind op...` format: the effects a master decided, as replicas and the
+//! AOF see them. Deterministic: absolute deadlines and explicit tokens.
+//!
+//! Ops: `GRANT owner read|write deadline token`, `TAKE owner permits deadline token`,
+//! `LIMIT n`, `RELEASE owner`, `DROP owner lapse|resign`, `RENEW owner deadline`; and for AOF
+//! rewrites `HOLD owner reads writes deadline token` (a holder exactly as it is), `LAST token`
+//! (the key's last token) and `HIGH token` (the server-wide token high-water mark, so that an
+//! AOF without an RDB preamble keeps it too). Pure: encoding and parsing are tested here, the
+//! C API layer only turns [`Arg`]s into Redis strings.
+
+use redis_lease_core::{DropReason, Effect, Hold, Kind, Mode};
+
+use crate::parse;
+use crate::validate::{DEADLINE_CEILING, TOKEN_CEILING};
+
+/// Every fixed word of the format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word {
+    RwLock,
+    Leader,
+    Semaphore,
+    Grant,
+    Take,
+    Limit,
+    Release,
+    Drop,
+    Renew,
+    Read,
+    Write,
+    Lapse,
+    Resign,
+}
+
+impl Word {
+    pub const ALL: [Word; 13] = [
+        Word::RwLock,
+        Word::Leader,
+        Word::Semaphore,
+        Word::Grant,
+        Word::Take,
+        Word::Limit,
+        Word::Release,
+        Word::Drop,
+        Word::Renew,
+        Word::Read,
+        Word::Write,
+        Word::Lapse,
+        Word::Resign,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Word::RwLock => "rwlock",
+            Word::Leader => "leader",
+            Word::Semaphore => "semaphore",
+            Word::Grant => "GRANT",
+            Word::Take => "TAKE",
+            Word::Limit => "LIMIT",
+            Word::Release => "RELEASE",
+            Word::Drop => "DROP",
+            Word::Renew => "RENEW",
+            Word::Read => "read",
+            Word::Write => "write",
+            Word::Lapse => "lapse",
+            Word::Resign => "resign",
+        }
+    }
+
+    /// The position of the word in [`Word::ALL`] (for tables indexed by word).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The word naming a kind of key.
+    pub fn of_kind(kind: Kind) -> Word {
+        match kind {
+            Kind::RwLock => Word::RwLock,
+            Kind::Election => Word::Leader,
+            Kind::Semaphore => Word::Semaphore,
+        }
+    }
+
+    fn of_mode(mode: Mode) -> Word {
+        match mode {
+            Mode::Read => Word::Read,
+            Mode::Write => Word::Write,
+        }
+    }
+}
+
+/// The kind a `LEASE.APPLY` names.
+pub fn kind(word: &[u8]) -> Option<Kind> {
+    match word {
+        b"rwlock" => Some(Kind::RwLock),
+        b"leader" => Some(Kind::Election),
+        b"semaphore" => Some(Kind::Semaphore),
+        _ => None,
+    }
+}
+
+/// One argument of `LEASE.APPLY` as a master writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg<'a> {
+    Word(Word),
+    Bytes(&'a [u8]),
+    Num(u64),
+}
+
+/// Writes `effects` as `LEASE.APPLY` arguments (after the key and kind): the one spelling of
+/// the format, read back by [`parse_ops`].
+pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
+    for e in effects {
+        match e {
+            Effect::Grant {
+                owner,
+                mode,
+                deadline,
+                token,
+            } => {
+                out(Arg::Word(Word::Grant));
+                out(Arg::Bytes(owner));
+                out(Arg::Word(Word::of_mode(*mode)));
+                out(Arg::Num(*deadline));
+                out(Arg::Num(*token));
+            }
+            Effect::Take {
+                owner,
+                permits,
+                deadline,
+                token,
+            } => {
+                out(Arg::Word(Word::Take));
+                out(Arg::Bytes(owner));
+                out(Arg::Num((*permits).into()));
+                out(Arg::Num(*deadline));
+                out(Arg::Num(*token));
+            }
+            Effect::Limit { limit } => {
+                out(Arg::Word(Word::Limit));
+                out(Arg::Num((*limit).into()));
+            }
+            Effect::Release { owner } => {
+                out(Arg::Word(Word::Release));
+                out(Arg::Bytes(owner));
+            }
+            Effect::Drop { owner, reason } => {
+                out(Arg::Word(Word::Drop));
+                out(Arg::Bytes(owner));
+                out(Arg::Word(match reason {
+                    DropReason::Lapse => Word::Lapse,
+                    DropReason::Resign => Word::Resign,
+                }));
+            }
+            Effect::Renew { owner, deadline } => {
+                out(Arg::Word(Word::Renew));
+                out(Arg::Bytes(owner));
+                out(Arg::Num(*deadline));
+            }
+        }
+    }
+}
+
+/// One parsed op.
+#[derive(Debug, PartialEq)]
+pub enum Op {
+    Effect(Effect),
+    Hold(Box<[u8]>, Hold),
+    Last(u64),
+    High(u64),
+}
+
+fn bad(what: &str) -> String {
+    format!("ERR LEASE.APPLY: {what}")
+}
+
+fn number(arg: Option<&&[u8]>, what: &str, max: u64) -> Result<u64, String> {
+    arg.and_then(|a| parse::integer(a))
+        .filter(|n| *n >= 0 && *n as u64 <= max)
+        .map(|n| n as u64)
+        .ok_or_else(|| bad(&format!("{what} must be an integer from 0 to {max}")))
+}
+
+fn count(arg: Option<&&[u8]>, what: &str) -> Result<u32, String> {
+    number(arg, what, u32::MAX.into()).map(|n| n as u32)
+}
+
+fn owner(arg: Option<&&[u8]>) -> Result<Box<[u8]>, String> {
+    match arg {
+        Some(a) if !a.is_empty() => Ok((*a).into()),
+        _ => Err(bad("missing or empty owner")),
+    }
+}
+
+fn token(arg: Option<&&[u8]>) -> Result<u64, String> {
+    number(arg, "token", TOKEN_CEILING)
+}
+
+fn deadline(arg: Option<&&[u8]>) -> Result<u64, String> {
+    number(arg, "deadline", DEADLINE_CEILING)
+}
+
+/// Parses every op first, so that a bad one changes nothing.
+pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
+    let mut ops = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let op = args[i].to_ascii_uppercase();
+        let a = |k: usize| args.get(i + k);
+        let (parsed, used) = match op.as_slice() {
+            b"GRANT" => {
+                let mode = match a(2).map(|m| m.to_ascii_lowercase()) {
+                    Some(m) if m == b"read" => Mode::Read,
+                    Some(m) if m == b"write" => Mode::Write,
+                    _ => return Err(bad("mode must be read or write")),
+                };
+                let effect = Effect::Grant {
+                    owner: owner(a(1))?,
+                    mode,
+                    deadline: deadline(a(3))?,
+                    token: token(a(4))?,
+                };
+                (Op::Effect(effect), 5)
+            }
+            b"TAKE" => {
+                let effect = Effect::Take {
+                    owner: owner(a(1))?,
+                    permits: count(a(2), "permits")?.max(1),
+                    deadline: deadline(a(3))?,
+                    token: token(a(4))?,
+                };
+                (Op::Effect(effect), 5)
+            }
+            b"LIMIT" => {
+                let limit = count(a(1), "limit")?;
+                if limit == 0 || limit > i32::MAX as u32 {
+                    return Err(bad("limit must be from 1 to 2147483647"));
+                }
+                (Op::Effect(Effect::Limit { limit }), 2)
+            }
+            b"RELEASE" => (
+                Op::Effect(Effect::Release {
+                    owner: owner(a(1))?,
+                }),
+                2,
+            ),
+            b"DROP" => {
+                let reason = match a(2).map(|r| r.to_ascii_lowercase()) {
+                    Some(r) if r == b"lapse" => DropReason::Lapse,
+                    Some(r) if r == b"resign" => DropReason::Resign,
+                    _ => return Err(bad("reason must be lapse or resign")),
+                };
+                let effect = Effect::Drop {
+                    owner: owner(a(1))?,
+                    reason,
+                };
+                (Op::Effect(effect), 3)
+            }
+            b"RENEW" => {
+                let effect = Effect::Renew {
+                    owner: owner(a(1))?,
+                    deadline: deadline(a(2))?,
+                };
+                (Op::Effect(effect), 3)
+            }
+            b"HOLD" => {
+                let hold = Hold {
+                    reads: count(a(2), "reads")?,
+                    writes: count(a(3), "writes")?,
+                    deadline: deadline(a(4))?,
+                    token: token(a(5))?,
+                };
+                (Op::Hold(owner(a(1))?, hold), 6)
+            }
+            b"LAST" => (Op::Last(token(a(1))?), 2),
+            b"HIGH" => (Op::High(token(a(1))?), 2),
+            _ => return Err(bad("unknown op")),
+        };
+        ops.push(parsed);
+        i += used;
+    }
+    Ok(ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(effects: &[Effect]) -> Vec<Vec<u8>> {
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        encode(effects, |a| {
+            args.push(match a {
+                Arg::Word(w) => w.as_str().as_bytes().to_vec(),
+                Arg::Bytes(b) => b.to_vec(),
+                Arg::Num(n) => n.to_string().into_bytes(),
+            })
+        });
+        args
+    }
+
+    #[test]
+    fn what_a_master_encodes_a_replica_parses_back() {
+        let o = |s: &str| s.as_bytes().to_vec().into_boxed_slice();
+        let effects = vec![
+            Effect::Grant {
+                owner: o("a"),
+                mode: Mode::Read,
+                deadline: 10,
+                token: 7,
+            },
+            Effect::Release { owner: o("a") },
+            Effect::Drop {
+                owner: o("b"),
+                reason: DropReason::Lapse,
+            },
+            Effect::Renew {
+                owner: o("c"),
+                deadline: 20,
+            },
+            Effect::Limit { limit: 3 },
+            Effect::Take {
+                owner: o("d"),
+                permits: 2,
+                deadline: 30,
+                token: 8,
+            },
+        ];
+        let args = text(&effects);
+        let joined: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8(a.clone()).unwrap())
+            .collect();
+        assert_eq!(
+            joined.join(" "),
+            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 LIMIT 3 TAKE d 2 30 8"
+        );
+        let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+        let back: Vec<Effect> = parse_ops(&refs)
+            .unwrap()
+            .into_iter()
+            .map(|op| match op {
+                Op::Effect(e) => e,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(back, effects);
+    }
+
+    #[test]
+    fn parses_every_op_and_rejects_bad_ones() {
+        let args: Vec<&[u8]> =
+            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 HOLD d 2 1 30 9 LAST 11 HIGH 12"
+                .split(' ')
+                .map(str::as_bytes)
+                .collect();
+        let ops = parse_ops(&args).unwrap();
+        assert_eq!(ops.len(), 7);
+        assert_eq!(ops[5], Op::Last(11));
+        assert_eq!(ops[6], Op::High(12));
+        let too_big = (TOKEN_CEILING + 1).to_string();
+        for bad in [
+            "GRANT a read 10".to_string(),
+            "GRANT a sideways 10 7".into(),
+            "DROP b later".into(),
+            "RENEW c -1".into(),
+            "HOLD d 99999999999 0 1 1".into(),
+            "NOPE".into(),
+            "GRANT  read 10 7".into(),
+            "LIMIT 0".into(),
+            format!("LAST {too_big}"),
+            format!("GRANT a read 1 {too_big}"),
+        ] {
+            let args: Vec<&[u8]> = bad.split(' ').map(str::as_bytes).collect();
+            assert!(parse_ops(&args).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn words_index_their_table() {
+        for (i, w) in Word::ALL.iter().enumerate() {
+            assert_eq!(w.index(), i);
+        }
+    }
+}

@@ -3,6 +3,7 @@
 //! Waiters are connections, so they are neither saved nor copied. Every loaded field is
 //! checked (`crate::validate`): a RESTORE payload is client input.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lease_core::{Hold, Kind, Lock};
@@ -12,8 +13,7 @@ use redis_module::raw;
 use crate::commit::ensure_slot;
 use crate::ffi::io::Io;
 use crate::ffi::key::Typed;
-use crate::ffi::string::{RStr, RString};
-use crate::ffi::types::{methods, DataType, Place};
+use crate::ffi::types::{methods, DataType, Field, Place};
 use crate::index::Slot;
 use crate::registry::Orphans;
 use crate::value::{LeaderStored, RwStored, Saved, SemStored, Stored};
@@ -105,31 +105,26 @@ fn load_lock(io: &mut Io, kind: Kind) -> Option<Lock> {
     Some(lock)
 }
 
-fn save_lock(io: &mut Io, lock: &Lock, kind: Kind) {
-    io.save_u64(lock.last_token());
+fn save_lock(lock: &Lock, kind: Kind) -> Vec<Field<'_>> {
+    let mut out = vec![Field::U64(lock.last_token())];
     if kind == Kind::Semaphore {
-        io.save_u64(lock.limit().into());
+        out.push(Field::U64(lock.limit().into()));
     }
-    io.save_u64(lock.holder_count() as u64);
+    out.push(Field::U64(lock.holder_count() as u64));
     for h in lock.holders() {
-        io.save_bytes(h.owner);
-        io.save_u64(h.hold.reads.into());
-        io.save_u64(h.hold.writes.into());
-        io.save_u64(h.hold.deadline);
-        io.save_u64(h.hold.token);
+        out.extend([
+            Field::Bytes(h.owner),
+            Field::U64(h.hold.reads.into()),
+            Field::U64(h.hold.writes.into()),
+            Field::U64(h.hold.deadline),
+            Field::U64(h.hold.token),
+        ]);
     }
+    out
 }
 
 /// Holders per `LEASE.APPLY` command of an AOF rewrite (as Redis batches big values).
 const HOLDS_PER_COMMAND: usize = 64;
-
-fn num(n: u64) -> RString {
-    RString::from_i64(n.min(i64::MAX as u64) as i64)
-}
-
-fn word(w: &str) -> RString {
-    RString::from_bytes(w.as_bytes())
-}
 
 impl<K: Saved> DataType for Stored<K> {
     fn rdb_load(io: &mut Io, encver: i32) -> Option<Self> {
@@ -147,53 +142,64 @@ impl<K: Saved> DataType for Stored<K> {
         // RESTORE; without it, the key gets its entry on first access).
         if let (Some(name), Some(db)) = (io.key_name(), io.db()) {
             ensure_slot(&mut v, db, name);
-            schedule::set(v.slot, v.core.lock().next_wakeup());
+            // An empty value (saved so by a bug) is looked at, and deleted, at once.
+            let when = v.core.lock().next_wakeup().or(Some(crate::clock::now_ms()));
+            schedule::set(v.slot, when);
         }
         Some(v)
     }
 
-    fn rdb_save(&self, io: &mut Io) {
-        save_lock(io, self.core.lock(), K::KIND);
+    fn rdb_save(&self) -> Vec<Field<'_>> {
+        save_lock(self.core.lock(), K::KIND)
     }
 
-    fn aof_rewrite(&self, io: &mut Io, key: RStr) {
+    fn rdb_save_empty() -> Vec<Field<'static>> {
+        match K::KIND {
+            Kind::Semaphore => vec![Field::U64(0), Field::U64(1), Field::U64(0)],
+            _ => vec![Field::U64(0), Field::U64(0)],
+        }
+    }
+
+    fn aof_rewrite(&self) -> Vec<(&'static CStr, Vec<Field<'_>>)> {
         let lock = self.core.lock();
-        let kind = word(Word::of_kind(K::KIND).as_str());
+        let kind = Field::Bytes(Word::of_kind(K::KIND).as_str().as_bytes());
         // The key's last token, the server-wide high-water mark (so an AOF without an RDB
         // preamble keeps it as long as one key exists), a semaphore's limit, and the holders,
         // in commands of at most HOLDS_PER_COMMAND holders. The first command carries the
         // first holders too, so the key it makes is never empty (an empty key is deleted at
         // once, and LAST would be lost with it).
         let high = state::with(|s| s.tokens.high_water());
-        let mut args = vec![
+        let mut first = vec![
             kind,
-            word("LAST"),
-            num(lock.last_token()),
-            word("HIGH"),
-            num(high),
+            Field::Bytes(b"LAST"),
+            Field::U64(lock.last_token()),
+            Field::Bytes(b"HIGH"),
+            Field::U64(high),
         ];
         if K::KIND == Kind::Semaphore {
-            args.push(word("LIMIT"));
-            args.push(num(lock.limit().into()));
+            first.extend([Field::Bytes(b"LIMIT"), Field::U64(lock.limit().into())]);
         }
-        let mut in_batch = 0;
-        for h in lock.holders() {
-            if in_batch == HOLDS_PER_COMMAND {
-                io.emit_aof(c"LEASE.APPLY", key, &args);
-                args.truncate(1);
-                in_batch = 0;
+        let mut out = vec![(c"LEASE.APPLY", first)];
+        let holders: Vec<_> = lock.holders().collect();
+        for (i, chunk) in holders.chunks(HOLDS_PER_COMMAND).enumerate() {
+            if i > 0 {
+                out.push((c"LEASE.APPLY", vec![kind]));
             }
-            args.push(word("HOLD"));
-            args.push(RString::from_bytes(h.owner));
-            args.push(num(h.hold.reads.into()));
-            args.push(num(h.hold.writes.into()));
-            args.push(num(h.hold.deadline));
-            args.push(num(h.hold.token));
-            in_batch += 1;
+            let Some((_, args)) = out.last_mut() else {
+                break;
+            };
+            for h in chunk {
+                args.extend([
+                    Field::Bytes(b"HOLD"),
+                    Field::Bytes(h.owner),
+                    Field::U64(h.hold.reads.into()),
+                    Field::U64(h.hold.writes.into()),
+                    Field::U64(h.hold.deadline),
+                    Field::U64(h.hold.token),
+                ]);
+            }
         }
-        if args.len() > 1 {
-            io.emit_aof(c"LEASE.APPLY", key, &args);
-        }
+        out
     }
 
     fn mem_usage(&self) -> usize {

@@ -79,7 +79,22 @@ pub static COMMANDS: &[Spec] = &[
         c"O(N) where N is the number of effects"),
 ];
 
+/// Test-only commands (the `fault-injection` build).
+#[cfg(feature = "fault-injection")]
+static TESTING: &[Spec] = &[spec!(
+    c"lease.fault",
+    crate::fault::command,
+    c"admin",
+    2,
+    None,
+    c"Test builds only: makes an entry point panic, to prove the guard holds.",
+    c"O(1)"
+)];
+#[cfg(not(feature = "fault-injection"))]
+static TESTING: &[Spec] = &[];
+
 /// Registers every command.
 pub fn register(ctx: &crate::ffi::ctx::Ctx) -> Result<(), String> {
-    command::register(ctx, COMMANDS)
+    command::register(ctx, COMMANDS)?;
+    command::register(ctx, TESTING)
 }

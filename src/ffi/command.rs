@@ -54,6 +54,10 @@ pub fn run(
     // SAFETY: as above.
     let args = unsafe { Args::from_raw(argv, argc) };
     let out = catch_unwind(AssertUnwindSafe(|| {
+        if cfg!(feature = "fault-injection") {
+            let name = String::from_utf8_lossy(args.bytes(0)).to_lowercase();
+            guard::injected(&format!("command {name}"));
+        }
         if !arity_ok(arity, args.len()) {
             let name = crate::text::quoted(args.bytes(0)).to_lowercase();
             let e = format!("ERR wrong number of arguments for '{name}' command");
@@ -67,7 +71,7 @@ pub fn run(
         Err(p) => {
             log_warning(&format!(
                 "lease: a command handler panicked ({}); it answered an error",
-                guard::panic_text(&p)
+                guard::panic_text(&*p)
             ));
             ctx.reply_error_c(guard::INTERNAL);
         }

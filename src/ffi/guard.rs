@@ -11,12 +11,16 @@ pub const INTERNAL: &CStr = c"ERR internal error in the lease module (a bug; ple
 
 /// Runs a callback that has nobody to answer; a panic is logged (with `what`) and swallowed.
 pub fn callback<T>(what: &str, f: impl FnOnce() -> T) -> Option<T> {
+    let f = || {
+        injected(what);
+        f()
+    };
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => Some(v),
         Err(e) => {
             log_warning(&format!(
                 "lease: {what} panicked ({}); it was abandoned",
-                panic_text(&e)
+                panic_text(&*e)
             ));
             None
         }
@@ -33,8 +37,8 @@ pub fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
     crate::text::escaped(msg.as_bytes(), 200)
 }
 
-/// Whether the test-only panic hook asks this entry point to panic (`LEASE.APPLY`'s
-/// `PANIC` op in builds with the `fault-injection` feature).
+/// Panics if a test armed this entry point (`LEASE.FAULT`, in builds with the
+/// `fault-injection` feature only).
 #[cfg(feature = "fault-injection")]
 pub fn injected(what: &str) {
     if crate::fault::armed(what) {

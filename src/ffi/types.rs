@@ -1,6 +1,7 @@
 //! The data types' callbacks: `extern "C"` trampolines, each under the panic guard, around a
 //! safe trait the entry layer implements for each value type.
 
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
@@ -8,7 +9,7 @@ use redis_module::raw;
 use super::guard;
 use super::io::Io;
 use super::key::Typed;
-use super::string::RStr;
+use super::string::{RStr, RString};
 
 /// Where a key is (or is going to be).
 #[derive(Clone, Copy, Debug)]
@@ -17,13 +18,26 @@ pub struct Place<'a> {
     pub name: &'a [u8],
 }
 
-/// A value type's behaviour towards Redis.
+/// One field of a saved value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field<'a> {
+    U64(u64),
+    Bytes(&'a [u8]),
+}
+
+/// A value type's behaviour towards Redis. Saving is planned first and written after, so a
+/// bug that panics while planning leaves a well-formed file (with the value empty) rather than
+/// a truncated one.
 pub trait DataType: Typed + Sized {
     /// Reads a value; `None` refuses the payload (the load fails, nothing changes).
     fn rdb_load(io: &mut Io, encver: i32) -> Option<Self>;
-    fn rdb_save(&self, io: &mut Io);
-    /// Writes commands that rebuild the value into an AOF being rewritten.
-    fn aof_rewrite(&self, io: &mut Io, key: RStr);
+    /// The fields of the value, in order.
+    fn rdb_save(&self) -> Vec<Field<'_>>;
+    /// The fields of an empty value (written if planning the real ones failed).
+    fn rdb_save_empty() -> Vec<Field<'static>>;
+    /// The commands that rebuild the value in an AOF being rewritten (each: a command
+    /// name and its arguments after the key).
+    fn aof_rewrite(&self) -> Vec<(&'static CStr, Vec<Field<'_>>)>;
     fn mem_usage(&self) -> usize;
     /// The key leaves the keyspace (DEL, RENAME, MOVE, eviction, overwrite...). Main thread.
     fn unlinked(&mut self, from: Option<Place>);
@@ -90,7 +104,6 @@ unsafe extern "C" fn rdb_load<T: DataType>(
     encver: c_int,
 ) -> *mut c_void {
     guard::callback("rdb_load", || {
-        guard::injected("rdb_load");
         // SAFETY: the stream of this load.
         let mut io = unsafe { Io::from_raw(rdb) }?;
         T::rdb_load(&mut io, encver).map(|v| Box::into_raw(Box::new(v)).cast::<c_void>())
@@ -100,15 +113,20 @@ unsafe extern "C" fn rdb_load<T: DataType>(
 }
 
 unsafe extern "C" fn rdb_save<T: DataType>(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    guard::callback("rdb_save", || {
-        guard::injected("rdb_save");
-        // SAFETY: Redis passes a value of this type and the stream being written.
-        if let (Some(v), Some(mut io)) = (unsafe { value.cast::<T>().as_ref() }, unsafe {
-            Io::from_raw(rdb)
-        }) {
-            v.rdb_save(&mut io);
+    // SAFETY: Redis passes a value of this type and the stream being written.
+    let (Some(v), Some(mut io)) = (unsafe { value.cast::<T>().as_ref() }, unsafe {
+        Io::from_raw(rdb)
+    }) else {
+        return;
+    };
+    let plan = guard::callback("rdb_save", || v.rdb_save());
+    let plan = plan.unwrap_or_else(T::rdb_save_empty);
+    for f in plan {
+        match f {
+            Field::U64(n) => io.save_u64(n),
+            Field::Bytes(b) => io.save_bytes(b),
         }
-    });
+    }
 }
 
 unsafe extern "C" fn aof_rewrite<T: DataType>(
@@ -116,25 +134,34 @@ unsafe extern "C" fn aof_rewrite<T: DataType>(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    guard::callback("aof_rewrite", || {
-        guard::injected("aof_rewrite");
-        // SAFETY: Redis passes the rewrite stream, the key's name and its value.
-        let parts = unsafe {
-            (
-                value.cast::<T>().as_ref(),
-                Io::from_raw(aof),
-                RStr::from_raw(key),
-            )
-        };
-        if let (Some(v), Some(mut io), Some(key)) = parts {
-            v.aof_rewrite(&mut io, key);
-        }
-    });
+    // SAFETY: Redis passes the rewrite stream, the key's name and its value.
+    let parts = unsafe {
+        (
+            value.cast::<T>().as_ref(),
+            Io::from_raw(aof),
+            RStr::from_raw(key),
+        )
+    };
+    let (Some(v), Some(mut io), Some(key)) = parts else {
+        return;
+    };
+    let Some(plan) = guard::callback("aof_rewrite", || v.aof_rewrite()) else {
+        return;
+    };
+    for (cmd, fields) in plan {
+        let args: Vec<RString> = fields
+            .into_iter()
+            .map(|f| match f {
+                Field::U64(n) => RString::from_i64(n.min(i64::MAX as u64) as i64),
+                Field::Bytes(b) => RString::from_bytes(b),
+            })
+            .collect();
+        io.emit_aof(cmd, key, &args);
+    }
 }
 
 unsafe extern "C" fn mem_usage<T: DataType>(value: *const c_void) -> usize {
     guard::callback("mem_usage", || {
-        guard::injected("mem_usage");
         // SAFETY: Redis passes a value of this type.
         let v = unsafe { value.cast::<T>().as_ref() }?;
         let own = match super::api_opt!(RedisModule_MallocSize) {
@@ -153,7 +180,6 @@ unsafe extern "C" fn free<T: DataType>(value: *mut c_void) {
         return;
     }
     guard::callback("free", || {
-        guard::injected("free");
         // SAFETY: Redis frees a value it owns exactly once; the box was made by this module.
         unsafe { Box::from_raw(value.cast::<T>()) }.freed();
     });
@@ -164,7 +190,6 @@ unsafe extern "C" fn unlink2<T: DataType>(
     value: *const c_void,
 ) {
     guard::callback("unlink", || {
-        guard::injected("unlink");
         // SAFETY: Redis hands over a value of this type as its key leaves the keyspace, on the
         // main thread; nothing else reads it during the call.
         let v = unsafe { (value as *mut T).as_mut() };
@@ -180,7 +205,6 @@ unsafe extern "C" fn copy2<T: DataType>(
     value: *const c_void,
 ) -> *mut c_void {
     guard::callback("copy", || {
-        guard::injected("copy");
         // SAFETY: Redis passes a value of this type and the copy's context.
         let v = unsafe { value.cast::<T>().as_ref() }?;
         // SAFETY: the copy's own KeyOptCtx.

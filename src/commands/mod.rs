@@ -2,6 +2,7 @@
 //! the argument rules, the acquire / change / read shapes, and the replies to the core's
 //! errors (their texts live in the shell, not in the core).
 
+pub mod exec;
 pub mod leader;
 pub mod rwlock;
 pub mod semaphore;

@@ -150,6 +150,14 @@ class Guard:
         n = self._conn.run(protocol.release(self._kind, self._sweep, self._spec.release_policy(), self._spec.command_timeout))
         return n > 0
 
+    def abandon(self) -> None:
+        """Stops renewing without releasing: the server lets the lease lapse after its ttl
+        (what a crashed holder looks like; also for handing a hold to a process that renews
+        it with the same owner id)."""
+        with self._state.lock:
+            self._released = True
+            self._state.stop.set()
+
     def exec(self, *command: Any) -> Any:
         """Runs ``command`` inside Redis only while this hold is live, atomically with the check
         (``LEASE.EXEC key token command...``). Raises :class:`~redis_lease.Fenced` (a

@@ -103,12 +103,12 @@ def classify(err: BaseException, sent: bool = True) -> Failure:
     ``sent``: whether the request may have reached the server (False when connecting failed)."""
     if isinstance(err, _NEVER_RETRY):
         return Fatal(err)
+    if isinstance(err, _RETRY_CLASSES):  # before ConnectionError: BusyLoadingError is one
+        return Transient(uncertain=False, error=err)
     if isinstance(err, (rx.ConnectionError, rx.TimeoutError, OSError)):
         # A refused or failed connection never carried the request; a reset, a timeout or a
         # dropped connection after sending may have lost the reply of an executed request.
         return Transient(uncertain=sent, error=err)
-    if isinstance(err, _RETRY_CLASSES):
-        return Transient(uncertain=False, error=err)
     if isinstance(err, rx.ResponseError):
         code = error_code(err)
         if code in _RETRY_CODES:

@@ -248,3 +248,53 @@ class Cluster:
     def stop(self) -> None:
         for n in self.nodes:
             n.stop()
+
+
+class Sentinel:
+    """One Redis Sentinel on a free loopback port, monitoring ``master_port`` as ``mymaster``
+    (quorum 1), started as ``redis-server sentinel.conf --sentinel``."""
+
+    def __init__(self, master_port: int, name: str = "mymaster") -> None:
+        self.name = name
+        self.dir = tempfile.mkdtemp(prefix="redis-lease-py-sentinel-")
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        last = ""
+        for _ in range(5):
+            self.port = free_port()
+            conf = Path(self.dir) / "sentinel.conf"
+            conf.write_text(
+                f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\nlogfile sentinel.log\n"
+                f"sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+                f"sentinel down-after-milliseconds {name} 2000\n"
+                f"sentinel failover-timeout {name} 10000\n"
+            )
+            self.proc = subprocess.Popen(
+                [server_binary(), str(conf), "--sentinel"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            try:
+                until(20, "sentinel to answer", lambda: self.master_port() == master_port)
+                return
+            except AssertionError as e:
+                last = str(e)
+                self.stop(keep_dir=True)
+        raise RuntimeError(f"redis-sentinel did not start: {last}")
+
+    def master_port(self) -> Optional[int]:
+        try:
+            addr = raw(self.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.name)
+        except (redis.RedisError, OSError):
+            return None
+        return int(addr[1]) if isinstance(addr, list) and len(addr) == 2 else None  # type: ignore[call-overload]
+
+    def replicas_known(self) -> int:
+        reps = raw(self.port, "SENTINEL", "REPLICAS", self.name)
+        return len(reps) if isinstance(reps, list) else 0
+
+    def stop(self, keep_dir: bool = False) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+        if not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
 import redis
@@ -21,6 +20,9 @@ T = TypeVar("T")
 
 #: How many idle connections per node are kept for reuse.
 MAX_IDLE = 8
+
+# Where a client keeps its connector.
+_ATTR = "_redis_lease_connector"
 
 
 class Connector:
@@ -38,7 +40,6 @@ class Connector:
     One connector per client is shared by everything built on it (:meth:`of`).
     """
 
-    _shared: "weakref.WeakKeyDictionary[Any, Connector]" = weakref.WeakKeyDictionary()
     _shared_lock = threading.Lock()
 
     def __init__(self, client: Any, command_timeout: float = 2.0) -> None:
@@ -54,14 +55,18 @@ class Connector:
 
     @classmethod
     def of(cls, client: Any) -> "Connector":
-        """The shared connector of ``client`` (or ``client`` itself if it is a Connector)."""
+        """The shared connector of ``client`` (or ``client`` itself if it is a Connector). It
+        is kept on the client object, so both are collected together."""
         if isinstance(client, Connector):
             return client
         with cls._shared_lock:
-            c = cls._shared.get(client)
-            if c is None:
+            c = getattr(client, _ATTR, None)
+            if not isinstance(c, Connector):
                 c = cls(client)
-                cls._shared[client] = c
+                try:
+                    setattr(client, _ATTR, c)
+                except AttributeError:
+                    pass  # a client class with __slots__: a connector per lock then
             return c
 
     # -- connections ---------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
 import redis.asyncio.connection as aconn
@@ -22,12 +21,14 @@ T = TypeVar("T")
 
 MAX_IDLE = 8
 
+# Where a client keeps its connector.
+_ATTR = "_redis_lease_connector"
+
 
 class Connector:
     """Connections of this package's own (see :class:`redis_lease.Connector`), on asyncio.
     Use it from one event loop."""
 
-    _shared: "weakref.WeakKeyDictionary[Any, Connector]" = weakref.WeakKeyDictionary()
 
     def __init__(self, client: Any, command_timeout: float = 2.0) -> None:
         if isinstance(client, Connector):
@@ -41,12 +42,17 @@ class Connector:
 
     @classmethod
     def of(cls, client: Any) -> "Connector":
+        """The shared connector of ``client`` (or ``client`` itself if it is a Connector). It
+        is kept on the client object, so both are collected together."""
         if isinstance(client, Connector):
             return client
-        c = cls._shared.get(client)
-        if c is None:
+        c = getattr(client, _ATTR, None)
+        if not isinstance(c, Connector):
             c = cls(client)
-            cls._shared[client] = c
+            try:
+                setattr(client, _ATTR, c)
+            except AttributeError:
+                pass  # a client class with __slots__: a connector per lock then
         return c
 
     def db(self) -> int:

@@ -10,7 +10,7 @@ from typing import AsyncIterator
 import pytest
 import redis.asyncio as aredis
 
-from redis_lease.asyncio import LeaderElector, LeaderObserver, LossReason, NotAcquired, RetryPolicy
+from redis_lease.asyncio import Connector, LeaderElector, LeaderObserver, LossReason, NotAcquired, RetryPolicy
 from servers import Server
 
 FAST = RetryPolicy(base_delay=0.01, max_delay=0.2, budget=15.0)
@@ -22,6 +22,7 @@ async def ar(server: Server) -> AsyncIterator["aredis.Redis[bytes]"]:
     try:
         yield c
     finally:
+        await Connector.of(c).close()  # this package's idle connections, before the loop ends
         await c.aclose() if hasattr(c, "aclose") else await c.close()
 
 
@@ -87,8 +88,11 @@ async def test_leader_steps_down_when_the_server_stops_answering(server: Server,
     assert took <= 1.3, took
     assert lead.lost.is_set() and lead.reason is LossReason.EXPIRED
     again = await e.leadership(timeout=10.0)
-    assert again.held
-    await again.resign()
+    assert again.held and again.term > lead.term
+    assert await lead.release() is False, "the lost leadership does not resign its successor"
+    cur = await e.current()
+    assert again.held and cur is not None and cur.term == again.term
+    assert await again.resign()
     with pytest.raises(NotAcquired):
         async with elector(ar, "election:pause", "x").leadership(timeout=0.0):
             async with elector(ar, "election:pause", "y").leadership(timeout=0.2):

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aredis
 
 from redis_lease import LossReason
-from redis_lease.asyncio import Deadlock, LeaseLost, LockGone, LockGuard, NotAcquired, RetryPolicy, RwLock
+from redis_lease.asyncio import Connector, Deadlock, LeaseLost, LockGone, LockGuard, NotAcquired, RetryPolicy, RwLock
 from servers import Server
 
 FAST = RetryPolicy(base_delay=0.01, max_delay=0.2, budget=15.0)
@@ -23,6 +23,7 @@ async def ar(server: Server) -> AsyncIterator["aredis.Redis[bytes]"]:
     try:
         yield c
     finally:
+        await Connector.of(c).close()  # this package's idle connections, before the loop ends
         await c.aclose() if hasattr(c, "aclose") else await c.close()
 
 
@@ -143,6 +144,7 @@ async def test_deleting_the_key_revokes_the_lease(ar: "aredis.Redis[bytes]") -> 
     await ar.delete("lock:del")
     assert await g.wait_lost(3.0)
     assert g.reason is LossReason.REVOKED
+    assert await g.release() is False, "nothing left to release"
 
 
 async def test_upgrade_conflict_is_a_deadlock_error(ar: "aredis.Redis[bytes]") -> None:

@@ -121,4 +121,5 @@ async def test_asyncio_locks_and_observer_work_on_a_cluster(cluster: Cluster) ->
         await r.release()
         await held.release()
     finally:
-        await arc.aclose() if hasattr(arc, "aclose") else await arc.close()
+        await alease.Connector.of(arc).close()
+    await arc.aclose() if hasattr(arc, "aclose") else await arc.close()

@@ -58,4 +58,5 @@ async def test_asyncio_exec_is_fenced_after_release(server: Server) -> None:
     await g.release()
     with pytest.raises(Fenced):
         await g.exec("INCR", "{order:3}:n")
+    await alease.Connector.of(ar).close()
     await ar.aclose() if hasattr(ar, "aclose") else await ar.close()

@@ -109,5 +109,19 @@ def test_leader_steps_down_when_the_server_stops_answering(server: Server, r: "r
     s.join(10)
     # Once the server answers again, a campaigns and wins again.
     again = e.leadership(timeout=10.0)
-    assert again.held
-    again.resign()
+    assert again.held and again.term > lead.term
+    # The lost leadership of the same candidate id does not resign its successor.
+    assert lead.release() is False
+    cur = e.current()
+    assert again.held and cur is not None and cur.term == again.term
+    assert again.resign()
+
+
+def test_leaderships_of_one_elector_exclude_each_other(r: "redis.Redis[bytes]") -> None:
+    e = LeaderElector(r, "election:ids", ttl=2.0, retry=FAST)  # a fresh candidate id per campaign
+    first = e.try_lead()
+    assert first is not None
+    assert e.try_lead() is None, "a second campaign of the same elector is another candidate"
+    cur = e.current()
+    assert cur is not None and cur.candidate == first.candidate
+    assert first.resign()

@@ -198,6 +198,7 @@ def test_deleting_the_key_revokes_the_lease(r: "redis.Redis[bytes]") -> None:
     r.delete("lock:del")
     assert g.wait_lost(3.0), "loss signalled"
     assert g.reason is LossReason.REVOKED
+    assert g.release() is False, "nothing left to release"
 
 
 def test_upgrade_conflict_is_a_deadlock_error(r: "redis.Redis[bytes]") -> None:

@@ -155,4 +155,5 @@ async def test_asyncio_semaphore_admits_at_most_limit_holders(server: Server) ->
     await asyncio.wait_for(asyncio.gather(*(work() for _ in range(5))), 60)
     assert most == 2
     assert await ar.exists("sem:async") == 0
+    await alease.Connector.of(ar).close()
     await ar.aclose() if hasattr(ar, "aclose") else await ar.close()

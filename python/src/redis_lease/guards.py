@@ -82,6 +82,9 @@ class Guard:
         self._kind = kind
         self._sweep = grant.sweep
         self._released = False
+        # A lost guard of a caller-chosen owner sends no release: a newer guard of the same id
+        # (elected again, or granted again) would lose its hold. The lost hold lapses alone.
+        self._release_when_lost = kind.generated
         self.key: Any = spec.key
         self.owner: str = kind.release[2]
         self.token: int = grant.token
@@ -147,6 +150,8 @@ class Guard:
                 return False
             self._released = True
             self._state.stop.set()
+            if self._state.lost.is_set() and not self._release_when_lost:
+                return False
         n = self._conn.run(protocol.release(self._kind, self._sweep, self._spec.release_policy(), self._spec.command_timeout))
         return n > 0
 
@@ -185,6 +190,8 @@ class Guard:
                 return
             self._released = True
             self._state.stop.set()
+            if self._state.lost.is_set() and not self._release_when_lost:
+                return
             release_quietly(self._conn, self._kind, self._sweep, self._spec)
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass

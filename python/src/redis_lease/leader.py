@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from types import TracebackType
 from typing import Any, Iterator, Optional, Tuple, Type
 
@@ -25,7 +24,9 @@ def current_leader(connector: Connector, key: Any, command_timeout: float = 2.0,
 
 
 class LeaderElector:
-    """A candidate for leadership of one key, with one id (a fresh UUIDv4 unless ``candidate``).
+    """Campaigns for leadership of one key. Each campaign uses a fresh UUIDv4 candidate id
+    (so two leaderships of one elector exclude each other like two processes), unless
+    ``candidate`` names a fixed one.
 
     :meth:`leadership` campaigns with ``LEADER.CAMPAIGN ... WAIT`` (the server parks the request
     and answers it the moment leadership passes to this candidate) and answers a
@@ -47,8 +48,8 @@ class LeaderElector:
     ) -> None:
         self.connector = Connector.of(client)
         self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout)
-        self._generated = candidate is None
-        self.candidate: str = candidate if candidate is not None else str(uuid.uuid4())
+        #: The caller's candidate id; None: a fresh UUIDv4 per campaign (per Leadership).
+        self.candidate: Optional[str] = candidate
 
     @property
     def key(self) -> Any:
@@ -57,7 +58,7 @@ class LeaderElector:
     def campaign(self, timeout: Optional[float] = None) -> Optional[Leadership]:
         """Campaigns for at most ``timeout`` seconds (None: as long as it takes; 0: once).
         Answers the leadership, or None if another candidate led all that time."""
-        kind = self.spec.leader_kind(self.candidate, self._generated)
+        kind = self.spec.leader_kind()
         return acquire(
             self.connector, self.spec, kind, check_timeout(timeout), lambda g: Leadership(self.connector, self.spec, kind, g)
         )
@@ -71,7 +72,7 @@ class LeaderElector:
         return lead
 
     def try_lead(self) -> Optional[Leadership]:
-        """Leadership if nobody leads now (or this candidate already does), else None."""
+        """Leadership if nobody leads now (or the fixed candidate already does), else None."""
         return self.campaign(0)
 
     def current(self) -> Optional[replies.LeaderInfo]:

@@ -72,7 +72,8 @@ class Spec:
         owner, generated = self.owner_id()
         return protocol.semaphore_kind(self.key, owner, limit, permits, self.timing.ttl_ms, generated)
 
-    def leader_kind(self, candidate: str, generated: bool) -> protocol.Kind:
+    def leader_kind(self) -> protocol.Kind:
+        candidate, generated = self.owner_id()
         return protocol.leader_kind(self.key, candidate, self.timing.ttl_ms, generated)
 
 

@@ -92,6 +92,9 @@ class Guard:
         self._kind = kind
         self._sweep = grant.sweep
         self._released = False
+        # A lost guard of a caller-chosen owner sends no release: a newer guard of the same id
+        # (elected again, or granted again) would lose its hold. The lost hold lapses alone.
+        self._release_when_lost = kind.generated
         self.key: Any = spec.key
         self.owner: str = kind.release[2]
         self.token: int = grant.token
@@ -148,13 +151,25 @@ class Guard:
         if self._released:
             return False
         self._released = True
-        self._state.stop.set()
+        await self._stop_watchdog()
+        if self._state.lost.is_set() and not self._release_when_lost:
+            return False
         return await _release(self._conn, self._kind, self._sweep, self._spec) > 0
+
+    async def _stop_watchdog(self) -> None:
+        # Cancelled mid-renewal, its connection is closed rather than left to the idle pool.
+        self._state.stop.set()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def abandon(self) -> None:
         """Stops renewing without releasing: the lease lapses on the server after its ttl."""
         self._released = True
         self._state.stop.set()
+        if self._task is not None:
+            self._task.cancel()
 
     async def exec(self, *command: Any) -> Any:
         """``LEASE.EXEC key token command...``: runs ``command`` only while this hold is live.
@@ -182,6 +197,8 @@ class Guard:
                 return
             self._released = True
             self._state.stop.set()
+            if self._state.lost.is_set() and not self._release_when_lost:
+                return
             loop = self._task.get_loop() if self._task is not None else None
             if loop is not None and not loop.is_closed():
                 conn, kind, sweep, spec = self._conn, self._kind, self._sweep, self._spec

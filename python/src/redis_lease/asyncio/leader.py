@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from types import TracebackType
 from typing import Any, AsyncIterator, Optional, Type
 
@@ -42,15 +41,15 @@ class LeaderElector:
     ) -> None:
         self.connector = Connector.of(client)
         self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout)
-        self._generated = candidate is None
-        self.candidate: str = candidate if candidate is not None else str(uuid.uuid4())
+        #: The caller's candidate id; None: a fresh UUIDv4 per campaign (per Leadership).
+        self.candidate: Optional[str] = candidate
 
     @property
     def key(self) -> Any:
         return self.spec.key
 
     async def campaign(self, timeout: Optional[float] = None) -> Optional[Leadership]:
-        kind = self.spec.leader_kind(self.candidate, self._generated)
+        kind = self.spec.leader_kind()
         return await acquire(
             self.connector, self.spec, kind, check_timeout(timeout), lambda g: Leadership(self.connector, self.spec, kind, g)
         )

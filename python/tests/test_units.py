@@ -129,6 +129,7 @@ def test_classification() -> None:
     assert kind(rx.ResponseError("FENCED not live")) == ("fatal", "Fenced")
     assert kind(rx.ResponseError("WRONGTYPE x")) == ("fatal", "ResponseError")
     assert kind(rx.AuthenticationError("bad password")) == ("fatal", "AuthenticationError")
+    assert kind(rx.SlotNotCoveredError("slot 7 not covered"), sent=False) == ("transient", False)
 
 
 def test_redirections_are_parsed_with_or_without_the_code() -> None:

@@ -133,7 +133,7 @@ class Connector:
             self._moved.clear()
             try:
                 self.client.nodes_manager.initialize()
-            except rx.RedisError:
+            except (rx.RedisError, rx.RedisClusterException, OSError):
                 self._refresh = True
         slot = key_slot(self.client.encoder.encode(key))
         moved = self._moved.get(slot)
@@ -150,7 +150,8 @@ class Connector:
         for _ in range(5):
             try:
                 addr = ask or self.address(call.key)
-            except (rx.RedisError, OSError) as e:
+            except (rx.RedisError, rx.RedisClusterException, OSError) as e:
+                # No route now (a slot not covered during a failover, no node reachable).
                 self._refresh = True
                 return Failed(e, sent=False)
             r = self._once(addr, call, asking=ask is not None)
@@ -170,7 +171,11 @@ class Connector:
 
     def _once(self, addr: Address, call: Call, asking: bool) -> Any:
         start = time.monotonic()
-        conn = self._take(addr)
+        try:
+            conn = self._take(addr)
+        except (rx.RedisError, rx.RedisClusterException, OSError) as e:
+            self._refresh = True
+            return Failed(e, sent=False)
         limit = call.limit
         try:
             if limit is not None:

@@ -105,6 +105,8 @@ def classify(err: BaseException, sent: bool = True) -> Failure:
         return Fatal(err)
     if isinstance(err, _RETRY_CLASSES):  # before ConnectionError: BusyLoadingError is one
         return Transient(uncertain=False, error=err)
+    if isinstance(err, rx.RedisClusterException) and not sent:
+        return Transient(uncertain=False, error=err)  # no route to a node yet: nothing was sent
     if isinstance(err, (rx.ConnectionError, rx.TimeoutError, OSError)):
         # A refused or failed connection never carried the request; a reset, a timeout or a
         # dropped connection after sending may have lost the reply of an executed request.

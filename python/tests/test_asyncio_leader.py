@@ -62,6 +62,7 @@ async def test_observer_sees_every_change_without_polling(ar: "aredis.Redis[byte
         seen_b = await obs.next_change(5.0)
         assert seen_b is not None and seen_b.candidate == "b" and seen_b.term > seen.term
         b = await asyncio.wait_for(b_task, 5)
+        await asyncio.sleep(0.5)  # the hand-over sent two events: let the second read land
         before = int((await ar.info("commandstats"))["cmdstat_leader.current"]["calls"])
         await asyncio.sleep(1.5)
         after = int((await ar.info("commandstats"))["cmdstat_leader.current"]["calls"])

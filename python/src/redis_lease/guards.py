@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from types import TracebackType
@@ -50,19 +51,50 @@ def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseS
         state.publish(None, LossReason.FAILED)
 
 
-def release_quietly(conn: Connector, kind: protocol.Kind, sweep: bool, spec: Spec) -> None:
-    """Best-effort release (a dropped guard, an interrupted acquisition) in a daemon thread."""
+# Background releases (a dropped guard, an interrupted acquisition) go through one queue to a
+# daemon thread: a finalizer may run anywhere (inside threading's own locks, or while the
+# interpreter shuts down), where starting a thread or taking a lock can hang forever, but
+# SimpleQueue.put is safe there.
+_jobs: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+_reaper_lock = threading.Lock()
+_reaper: Optional[threading.Thread] = None
+
+
+def _ensure_reaper() -> None:
+    """Starts the releasing thread (from ordinary code, never from a finalizer)."""
+    global _reaper
+    if _reaper is not None:
+        return
+    with _reaper_lock:
+        if _reaper is None:
+            t = threading.Thread(target=_reap, name="redis-lease releaser", daemon=True)
+            t.start()
+            _reaper = t
+
+
+def _reap() -> None:
+    while True:
+        job = _jobs.get()
+        try:
+            threading.Thread(target=job, name="redis-lease release", daemon=True).start()
+        except RuntimeError:
+            return  # interpreter shutting down: the leases lapse after their ttl
+
+
+def release_quietly(
+    conn: Connector, kind: protocol.Kind, sweep: bool, spec: Spec, state: Optional[LeaseState] = None
+) -> None:
+    """Best-effort release in the background (safe to call from a finalizer)."""
 
     def run() -> None:
         try:
+            if state is not None:
+                state.stop.set()
             conn.run(protocol.release(kind, sweep, spec.release_policy(), spec.command_timeout))
         except Exception:  # noqa: BLE001 - best effort: the lease lapses by itself
             pass
 
-    try:
-        threading.Thread(target=run, name="redis-lease release", daemon=True).start()
-    except RuntimeError:
-        pass  # interpreter shutting down: the lease lapses after its ttl
+    _jobs.put(run)
 
 
 class Guard:
@@ -89,6 +121,7 @@ class Guard:
         self.owner: str = kind.release[2]
         self.token: int = grant.token
         self._state = LeaseState(spec.timing.valid_until(grant.sent))
+        _ensure_reaper()
         dog = protocol.watchdog(
             kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish
         )
@@ -189,10 +222,10 @@ class Guard:
             if self._released:
                 return
             self._released = True
-            self._state.stop.set()
             if self._state.lost.is_set() and not self._release_when_lost:
+                _jobs.put(self._state.stop.set)
                 return
-            release_quietly(self._conn, self._kind, self._sweep, self._spec)
+            release_quietly(self._conn, self._kind, self._sweep, self._spec, self._state)
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
 
@@ -247,5 +280,6 @@ def acquire(
         return None if grant is None else make(grant)
     except BaseException:
         if acq.armed:
+            _ensure_reaper()
             release_quietly(conn, kind, True, spec)
         raise

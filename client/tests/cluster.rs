@@ -8,13 +8,13 @@ mod common;
 use std::time::Duration;
 
 use common::opts;
-use redis_lease_client::{Connector, LeaderElector, LeaseStatus, RwLock};
+use redis_lease_client::{Client, LeaderElector, LeaseStatus, RwLock};
 use redis_lease_testkit::cluster::Cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_carries_on_through_a_cluster_failover() {
     let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();
-    let conn = Connector::cluster(cluster.urls())
+    let conn = Client::cluster(cluster.urls())
         .await
         .expect("cluster connector");
 
@@ -34,6 +34,7 @@ async fn the_client_carries_on_through_a_cluster_failover() {
     let first = guard.token();
     let election = LeaderElector::new(&conn, "{failover:lock}:leader")
         .with_ttl(Duration::from_millis(3_000))
+        .unwrap()
         .start();
     let term = tokio::time::timeout(Duration::from_secs(10), election.wait_leader())
         .await

@@ -1,6 +1,8 @@
 //! Shared helpers: a real redis-server with the module (testkit), and short lease settings.
 #![allow(dead_code)]
 
+pub mod pty;
+
 use std::time::{Duration, Instant};
 
 use redis_lease_client::{Client, LeaseTiming, LockOptions, RetryPolicy};

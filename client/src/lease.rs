@@ -294,36 +294,42 @@ pub(crate) enum Renewal {
     },
 }
 
-/// Renews until success, a definitive answer, or `valid_until`.
+/// Renews until success, a definitive answer, or `valid_until`. It gives up just before the
+/// bound, so that the loss (and its reason) is published before the guard's own check of the
+/// bound would report it as expired.
 pub(crate) async fn renew_once(
     client: &Client,
     renew: &Renewer,
     valid_until: Instant,
     policy: RetryPolicy,
 ) -> Renewal {
+    let stop = valid_until
+        .checked_sub(Duration::from_millis(1))
+        .unwrap_or(valid_until);
     let mut backoff = Backoff::new_now(policy);
+    // Replicas that acknowledged the last renewal the server granted, if too few.
     let mut short: Option<u32> = None;
     loop {
         let now = Instant::now();
-        if now >= valid_until {
+        if now >= stop {
             return match short {
                 Some(acked) => Renewal::Unreplicated { acked },
                 None => Renewal::Lost(LossReason::Expired),
             };
         }
-        let left = valid_until - now;
-        let limit = client.command_timeout().min(left);
+        let left = stop - now;
         let answer = match renew.acks {
             None => client
-                .query_within(&renew.cmd, limit)
+                .query_within(&renew.cmd, client.command_timeout().min(left))
                 .await
                 .map(|v| (v, None)),
             Some(a) => {
                 let mut pipe = redis::pipe();
                 pipe.add_command(renew.cmd.clone())
                     .add_command(a.wait_cmd(left));
+                let limit = (client.command_timeout() + a.timeout).min(left);
                 client
-                    .pipe_dedicated(&pipe, Some(limit + a.timeout.min(left)))
+                    .pipe_dedicated(&pipe, Some(limit))
                     .await
                     .and_then(split_acked)
                     .map(|(v, acked)| (v, Some(acked)))
@@ -341,14 +347,14 @@ pub(crate) async fn renew_once(
                 _ => return Renewal::Renewed(now),
             },
             Ok(_) => return Renewal::Lost(LossReason::Failed),
-            Err(e) => match classify(e) {
-                Failure::Transient { .. } => short = None,
-                Failure::Fatal(_) => return Renewal::Lost(LossReason::Failed),
-            },
+            Err(e) => {
+                if let Failure::Fatal(_) = classify(e) {
+                    return Renewal::Lost(LossReason::Failed);
+                }
+            }
         }
-        match backoff.next_delay_now(Some(valid_until)) {
-            Some(d) => tokio::time::sleep(d).await,
-            None => continue, // the top of the loop reports the loss
+        if let Some(d) = backoff.next_delay_now(Some(stop)) {
+            tokio::time::sleep(d).await;
         }
     }
 }

@@ -514,3 +514,39 @@ fn leader_watch_ends_quietly_when_its_reader_goes_away() {
         assert!(err.is_empty(), "nothing on stderr: {err}");
     }
 }
+
+/// `--replicas N`: CMD runs only once N replicas acknowledged the grant.
+#[test]
+fn lock_with_replicas_runs_only_once_they_acknowledged_the_grant() {
+    let s = server();
+    let args = [
+        "lock",
+        "--replicas",
+        "1",
+        "--replica-timeout",
+        "200",
+        "--wait",
+        "0",
+        "cli:acked",
+        "--",
+        "sh",
+        "-c",
+        "echo ran",
+    ];
+    let out = cli(&s).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("replica"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    assert_eq!(redis_get(&s, &["EXISTS", "cli:acked"]), redis::Value::Int(0));
+
+    let _replica = common::replica::replica_of(&s);
+    let out = cli(&s).args(args).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+}

@@ -538,7 +538,10 @@ fn lock_with_replicas_runs_only_once_they_acknowledged_the_grant() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("replica"), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
-    assert_eq!(redis_get(&s, &["EXISTS", "cli:acked"]), redis::Value::Int(0));
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:acked"]),
+        redis::Value::Int(0)
+    );
 
     let _replica = common::replica::replica_of(&s);
     let out = cli(&s).args(args).output().unwrap();
@@ -549,4 +552,54 @@ fn lock_with_replicas_runs_only_once_they_acknowledged_the_grant() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+}
+
+/// `--url redis+sentinel://...`: the CLI finds the master through the sentinels.
+#[test]
+fn lock_and_info_through_sentinel() {
+    let group = common::sentinel::Group::start(1);
+    let out = Command::new(BIN)
+        .args([
+            "--url",
+            &group.url(),
+            "lock",
+            "--replicas",
+            "1",
+            "cli:sentinel",
+        ])
+        .args(["--", "sh", "-c", "echo token=$REDIS_LEASE_TOKEN"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let token: u64 = stdout
+        .trim()
+        .strip_prefix("token=")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(token >= 1);
+    let out = Command::new(BIN)
+        .args(["--url", &group.url(), "info", "cli:sentinel"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("holders: 0"));
+    // A bad URL is an error that says what is wrong.
+    let out = Command::new(BIN)
+        .args(["--url", "redis+sentinel://127.0.0.1:1", "info", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("service name"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -3,6 +3,7 @@
 
 pub mod pty;
 pub mod replica;
+pub mod sentinel;
 
 use std::time::{Duration, Instant};
 

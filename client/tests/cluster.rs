@@ -27,6 +27,21 @@ async fn the_client_carries_on_through_a_cluster_failover() {
     for g in guards {
         assert!(g.release().await.unwrap());
     }
+    // Acknowledged by each master's replica: the WAIT goes with the lock command to the
+    // key's master (a pipeline routed by its first key), for keys over every master. (The
+    // replicas may still be in their first sync: a grant too few acknowledged is asked for
+    // again within the wait.)
+    for i in 0..6 {
+        let lock = RwLock::new(&conn, format!("acked:{i}"))
+            .with_options(opts(5_000))
+            .with_replicas(1);
+        let g = lock
+            .write_timeout(Duration::from_secs(20))
+            .await
+            .unwrap()
+            .expect("acknowledged");
+        assert!(g.release().await.unwrap());
+    }
 
     let key = "failover:lock";
     let lock = RwLock::new(&conn, key).with_options(opts(3_000));

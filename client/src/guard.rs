@@ -8,8 +8,9 @@ use tokio::task::JoinHandle;
 
 use crate::acquire::Wait;
 use crate::client::Client;
+use crate::drive::Held;
 use crate::lease::{self, LeaseStatus};
-use crate::lock::{Held, RwLock};
+use crate::lock::RwLock;
 use crate::lock_info::LockMode;
 use crate::reply;
 use crate::retry::RetryPolicy;

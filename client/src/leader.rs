@@ -9,10 +9,10 @@ use tokio::task::JoinHandle;
 
 use crate::acquire::ServerWait;
 use crate::client::Client;
+use crate::drive::send_acquire;
 use crate::lease::{
     self, renew_once, Acks, LeaseStatus, LeaseTiming, LossReason, Renewal, Renewer,
 };
-use crate::lock::send_acquire;
 use crate::reply;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
 use crate::{CampaignError, Error, Result};

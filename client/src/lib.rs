@@ -66,6 +66,7 @@
 mod acquire;
 pub mod blocking;
 mod client;
+mod drive;
 mod error;
 mod guard;
 mod leader;

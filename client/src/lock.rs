@@ -1,23 +1,19 @@
-//! Distributed read-write locks (`RWLOCK.*`): the lock, its options, and the I/O shell around
-//! the acquisition state machine ([`crate::acquire`]).
+//! Distributed read-write locks (`RWLOCK.*`): the lock, its options, and what the acquisition
+//! driver ([`crate::drive`]) needs to know of `RWLOCK.*LOCK` and `RWLOCK.INFO`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::Cmd;
 use tokio::sync::watch;
 
-use crate::acquire::{
-    Acquisition, Confirmation, Grant, HoldView, Outcome, Reply, ServerWait, Step, Wait,
-};
+use crate::acquire::{HoldView, Wait};
 use crate::client::Client;
+use crate::drive::{self, Held, Shell};
 use crate::guard::{unlock, InflightCleanup, LockGuard, Release};
-use crate::lease::{
-    self, renew_once, split_acked, Acks, LeaseStatus, LeaseTiming, Renewal, Renewer,
-};
+use crate::lease::{self, Acks, LeaseStatus, LeaseTiming, Renewer};
 use crate::lock_info::{LockInfo, LockMode};
-use crate::reply;
 use crate::retry::{classify, Failure, RetryPolicy};
-use crate::{LossReason, Result};
+use crate::Result;
 
 /// Settings of a [`RwLock`].
 ///
@@ -350,8 +346,7 @@ impl RwLock {
         }
     }
 
-    /// Runs one acquisition of `mode` by `owner` to its end: the state machine decides, this
-    /// performs its steps. `Ok(None)`: not granted in time.
+    /// Runs one acquisition of `mode` by `owner` to its end. `Ok(None)`: not granted in time.
     pub(crate) async fn drive(
         &self,
         mode: LockMode,
@@ -363,143 +358,13 @@ impl RwLock {
     ) -> Result<Option<Held>> {
         let mut renew = self.renewer(owner);
         renew.acks = acks;
-        let (mut m, mut step) = Acquisition::new(
-            wait,
-            generated,
-            self.client.resends(),
-            self.opts.retry,
-            Instant::now(),
-        );
-        loop {
-            // Set before every await: a cancelled acquisition cleans up as the machine says.
-            cleanup.set_armed(m.needs_cleanup());
-            step = match step {
-                Step::ReadBaseline => {
-                    let read = self.hold_view(owner, mode).await;
-                    m.on_baseline(Instant::now(), read)
-                }
-                Step::ReadInfo => {
-                    let read = self.hold_view(owner, mode).await;
-                    m.on_info(Instant::now(), read)
-                }
-                Step::Send(w) => {
-                    let reply = self.send(mode, owner, w, &renew).await;
-                    m.on_reply(Instant::now(), reply)
-                }
-                Step::Confirm(g) => {
-                    let found = self.confirm(owner, g, &renew).await;
-                    m.on_confirm(Instant::now(), found)
-                }
-                Step::Sleep(d) => {
-                    tokio::time::sleep(d).await;
-                    m.on_timeout(Instant::now())
-                }
-                Step::Done(outcome) => {
-                    cleanup.set_armed(m.needs_cleanup());
-                    return match outcome {
-                        Outcome::Held {
-                            token,
-                            last_sent,
-                            sweep,
-                        } => Ok(Some(Held {
-                            token,
-                            last_sent,
-                            sweep,
-                        })),
-                        Outcome::NotGranted => Ok(None),
-                        Outcome::Failed(e) => Err(e),
-                    };
-                }
-            };
-        }
-    }
-
-    /// The owner's hold in `mode`, from `RWLOCK.INFO`.
-    async fn hold_view(&self, owner: &str, mode: LockMode) -> Result<Option<HoldView>, Failure> {
-        let cmd = redis::cmd("RWLOCK.INFO").arg(&self.key).to_owned();
-        let v = self
-            .client
-            .query_within(&cmd, self.client.command_timeout())
-            .await
-            .map_err(classify)?;
-        let info = LockInfo::parse(v).map_err(Failure::Fatal)?;
-        Ok(info.hold_of(owner, mode).map(|h| HoldView {
-            count: h.count,
-            token: h.token,
-        }))
-    }
-
-    /// Sends `RWLOCK.RLOCK`/`WLOCK`, followed by `WAIT replicas` on the same connection if
-    /// acknowledgements are asked for.
-    async fn send(
-        &self,
-        mode: LockMode,
-        owner: &str,
-        wait: ServerWait,
-        renew: &Renewer,
-    ) -> Result<Reply, Failure> {
-        let mut cmd = redis::cmd(match mode {
-            LockMode::Read => "RWLOCK.RLOCK",
-            LockMode::Write => "RWLOCK.WLOCK",
-        });
-        cmd.arg(&self.key).arg(owner).arg(self.opts.timing.ttl_ms());
-        let answer = send_acquire(&self.client, cmd, wait, renew).await;
-        match answer {
-            Ok((Value::Nil, _)) => Ok(Reply::NotGranted),
-            Ok((v, acked)) => reply::token(&v)
-                .map(|token| Reply::Granted { token, acked })
-                .map_err(Failure::Fatal),
-            Err(e) => Err(classify(e)),
-        }
-    }
-
-    /// Proves a grant before it becomes a guard: enough replicas acknowledged it, and a
-    /// renewal if the wait used up much of the lease (or if the grant was adopted from INFO
-    /// and acknowledgements are asked for).
-    async fn confirm(&self, owner: &str, g: Grant, renew: &Renewer) -> Confirmation {
-        let timing = self.opts.timing;
-        if let (Some(a), Some(n)) = (renew.acks, g.acked) {
-            if n < a.replicas {
-                self.give_back(owner, g.sweep).await;
-                self.client.suspect_master().await;
-                return Confirmation::NotReplicated {
-                    acked: n,
-                    wanted: a.replicas,
-                };
-            }
-        }
-        let left = timing
-            .valid_until(g.since)
-            .saturating_duration_since(Instant::now());
-        let unknown_acks = renew.acks.is_some() && g.acked.is_none();
-        if left >= timing.ttl() * 2 / 3 && !unknown_acks {
-            return Confirmation::Held(g.since);
-        }
-        // The server's answer is authoritative even when the local bound has passed: a
-        // renewal that finds the hold proves it from its own send time on.
-        let until = lease::confirm_deadline(&timing, g.since, self.client.command_timeout());
-        match renew_once(&self.client, renew, until, self.opts.retry).await {
-            Renewal::Renewed(at) => Confirmation::Held(at),
-            Renewal::Lost(LossReason::Revoked) => Confirmation::Revoked,
-            Renewal::Lost(reason) => Confirmation::Unsure(reason),
-            Renewal::Unreplicated { acked } => {
-                self.give_back(owner, g.sweep).await;
-                Confirmation::NotReplicated {
-                    acked,
-                    wanted: renew.acks.map_or(0, |a| a.replicas),
-                }
-            }
-        }
-    }
-
-    /// Releases a grant that will not become a guard (best effort: it lapses otherwise).
-    async fn give_back(&self, owner: &str, sweep: bool) {
-        let how = if sweep {
-            Release::Sweep
-        } else {
-            Release::Times(1)
+        let shell = LockShell {
+            lock: self,
+            mode,
+            owner,
+            renew,
         };
-        let _ = unlock(&self.client, &self.key, owner, self.release_policy(), how).await;
+        drive::drive(&shell, wait, generated, cleanup).await
     }
 
     pub(crate) fn release_policy(&self) -> RetryPolicy {
@@ -527,54 +392,63 @@ impl RwLock {
     }
 }
 
-/// A confirmed grant.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Held {
-    pub token: u64,
-    pub last_sent: Instant,
-    pub sweep: bool,
+/// One acquisition of a lock, as the driver sees it.
+struct LockShell<'a> {
+    lock: &'a RwLock,
+    mode: LockMode,
+    owner: &'a str,
+    renew: Renewer,
 }
 
-/// Sends an acquire command (`RWLOCK.*LOCK`, `LEADER.CAMPAIGN`, ...) that answers a token or
-/// nil, waiting in the server as `wait` says, on the shared connection if it answers at once
-/// and on a dedicated one otherwise. With acknowledgements asked for it is followed by
-/// `WAIT replicas` on the same (dedicated) connection; a request that may be granted by a
-/// hand-off is also followed by the owner's renewal, whose write makes sure that `WAIT`
-/// counts the grant. (Redis 7.0 counts a hand-off in the waiting client's offset by itself:
-/// `tests/replicas.rs` checks it; the renewal covers servers that may not.)
-pub(crate) async fn send_acquire(
-    client: &Client,
-    mut cmd: Cmd,
-    wait: ServerWait,
-    renew: &Renewer,
-) -> redis::RedisResult<(Value, Option<u32>)> {
-    let margin = client.command_timeout();
-    let (blocking, limit) = match wait {
-        ServerWait::Once => (false, Some(margin)),
-        ServerWait::Ms(ms) => {
-            cmd.arg("WAIT").arg(ms);
-            (true, Some(Duration::from_millis(ms) + margin))
-        }
-        ServerWait::Forever => {
-            cmd.arg("WAIT").arg(0);
-            (true, None)
-        }
-    };
-    match renew.acks {
-        None if !blocking => client.query_within(&cmd, margin).await.map(|v| (v, None)),
-        None => client.query_dedicated(&cmd, limit).await.map(|v| (v, None)),
-        Some(a) => {
-            let mut pipe = redis::pipe();
-            pipe.add_command(cmd);
-            if blocking {
-                pipe.add_command(renew.cmd.clone());
-            }
-            pipe.add_command(a.wait_cmd(a.timeout));
-            client
-                .pipe_dedicated(&pipe, limit.map(|l| l + a.timeout))
-                .await
-                .and_then(split_acked)
-                .map(|(v, n)| (v, Some(n)))
-        }
+impl Shell for LockShell<'_> {
+    fn client(&self) -> &Client {
+        &self.lock.client
+    }
+
+    fn timing(&self) -> LeaseTiming {
+        self.lock.opts.timing
+    }
+
+    fn retry(&self) -> RetryPolicy {
+        self.lock.opts.retry
+    }
+
+    fn renewer(&self) -> &Renewer {
+        &self.renew
+    }
+
+    fn acquire_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd(match self.mode {
+            LockMode::Read => "RWLOCK.RLOCK",
+            LockMode::Write => "RWLOCK.WLOCK",
+        });
+        cmd.arg(&self.lock.key)
+            .arg(self.owner)
+            .arg(self.lock.opts.timing.ttl_ms());
+        cmd
+    }
+
+    async fn read_hold(&self) -> Result<Option<HoldView>, Failure> {
+        let client = &self.lock.client;
+        let cmd = redis::cmd("RWLOCK.INFO").arg(&self.lock.key).to_owned();
+        let v = client
+            .query_within(&cmd, client.command_timeout())
+            .await
+            .map_err(classify)?;
+        let info = LockInfo::parse(v).map_err(Failure::Fatal)?;
+        Ok(info.hold_of(self.owner, self.mode).map(|h| HoldView {
+            count: h.count,
+            token: h.token,
+        }))
+    }
+
+    async fn give_back(&self, sweep: bool) {
+        let how = if sweep {
+            Release::Sweep
+        } else {
+            Release::Times(1)
+        };
+        let l = self.lock;
+        let _ = unlock(&l.client, &l.key, self.owner, l.release_policy(), how).await;
     }
 }

@@ -4,6 +4,8 @@
 use std::sync::{Arc, Mutex, RwLock as StdRwLock};
 use std::time::{Duration, Instant};
 
+use std::sync::Weak;
+
 use futures_util::stream::{BoxStream, StreamExt};
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
@@ -16,6 +18,7 @@ use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
     Pipeline, RedisConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value,
 };
+use tokio::sync::watch;
 
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
 use crate::sentinel_url;
@@ -109,6 +112,23 @@ struct SentinelGroup {
     service: String,
     node: SentinelNodeConnectionInfo,
     current: StdRwLock<Arc<Master>>,
+    /// The generation of the current master, for those who must follow it (a subscription).
+    changes: watch::Sender<u64>,
+    /// The task that follows the sentinels' `+switch-master` announcements.
+    follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for SentinelGroup {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .follower
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
 }
 
 impl SentinelGroup {
@@ -285,7 +305,7 @@ impl Client {
         if infos.is_empty() {
             return Err(InvalidArgument::NoNodes.into());
         }
-        let mut sentinel = Sentinel::build(infos)?;
+        let mut sentinel = Sentinel::build(infos.clone())?;
         let client = tokio::time::timeout(
             Self::DEFAULT_COMMAND_TIMEOUT * 2,
             sentinel.async_master_for(service, Some(&node)),
@@ -302,8 +322,20 @@ impl Client {
                 shared,
                 generation: 0,
             })),
+            changes: watch::channel(0).0,
+            follower: Mutex::new(None),
         };
-        Ok(Client::with_backend(Backend::Sentinel(Box::new(group))))
+        let client = Client::with_backend(Backend::Sentinel(Box::new(group)));
+        let follower = tokio::spawn(follow_switches(
+            Arc::downgrade(&client.inner),
+            infos,
+            service.to_string(),
+            client.command_timeout,
+        ));
+        if let Backend::Sentinel(g) = &client.inner.backend {
+            *g.follower.lock().unwrap_or_else(|e| e.into_inner()) = Some(follower);
+        }
+        Ok(client)
     }
 
     /// Connects to a Redis Cluster given some of its nodes. Every command is routed by its key
@@ -658,6 +690,16 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        group.changes.send_replace(generation + 1);
+    }
+
+    /// A watch that changes whenever requests move to another master (Sentinel only): a
+    /// subscription must move with them, since a demoted master publishes nothing.
+    pub(crate) fn master_changes(&self) -> Option<watch::Receiver<u64>> {
+        match &self.inner.backend {
+            Backend::Sentinel(g) => Some(g.changes.subscribe()),
+            _ => None,
+        }
     }
 
     /// Subscribes to the keyspace notifications of `key` (on the node that owns it) and returns
@@ -725,5 +767,55 @@ impl Client {
             }
         }
         Err(Error::Protocol(format!("no node serves slot {slot}")))
+    }
+}
+
+/// Follows the sentinels' `+switch-master` announcements (on one sentinel at a time, the next
+/// one if it goes away), so that a client moves to the new master at once, even one that only
+/// listens (a leader observer). Ends with the client.
+async fn follow_switches(
+    inner: Weak<Inner>,
+    sentinels: Vec<ConnectionInfo>,
+    service: String,
+    timeout: Duration,
+) {
+    let client = |inner: &Weak<Inner>| {
+        inner.upgrade().map(|inner| Client {
+            inner,
+            command_timeout: timeout,
+        })
+    };
+    for info in sentinels.iter().cycle() {
+        let subscribe = async {
+            let mut ps = redis::Client::open(info.clone())?
+                .get_async_pubsub()
+                .await?;
+            ps.subscribe("+switch-master").await?;
+            RedisResult::Ok(ps.into_on_message())
+        };
+        if let Ok(Ok(mut switches)) = tokio::time::timeout(timeout, subscribe).await {
+            // "<service> <old-ip> <old-port> <new-ip> <new-port>"
+            while let Some(msg) = switches.next().await {
+                let payload: String = msg.get_payload().unwrap_or_default();
+                if payload.split(' ').next() != Some(service.as_str()) {
+                    continue;
+                }
+                let Some(c) = client(&inner) else { return };
+                // A lookup moments ago may have found the old master still named: try a
+                // few times.
+                let before = c.generation();
+                for _ in 0..5 {
+                    c.relocate(c.generation()).await;
+                    if c.generation() != before {
+                        break;
+                    }
+                    tokio::time::sleep(SENTINEL_LOOKUP_GAP * 2).await;
+                }
+            }
+        }
+        if inner.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -782,21 +782,33 @@ async fn observe(
             !same
         });
     };
+    // Sentinel: the master changed, so the subscription must move (a demoted master keeps
+    // quiet). Never for one server or a cluster.
+    let mut moved = conn.master_changes();
     loop {
-        while events.next().await.is_some() {
-            if let Ok(l) = conn.current_leader(&key).await {
-                publish(l);
+        loop {
+            tokio::select! {
+                event = events.next() => {
+                    if event.is_none() {
+                        break;
+                    }
+                    if let Ok(l) = conn.current_leader(&key).await {
+                        publish(l);
+                    }
+                }
+                () = master_moved(&mut moved) => break,
             }
         }
         // The subscription is gone: subscribe again, then re-read what was missed.
         let mut backoff = Backoff::new_now(opts.retry);
         loop {
-            if opts.configure_notifications {
-                // A restarted or failed-over server may have lost the setting.
-                let _ = ensure_notifications(&conn).await;
-            }
             match conn.key_events(&key).await {
                 Ok(s) => {
+                    if opts.configure_notifications {
+                        // A restarted server, or the new master after a failover, may not
+                        // have the setting. Set where the subscription now is: after it.
+                        let _ = ensure_notifications(&conn).await;
+                    }
                     events = s;
                     break;
                 }
@@ -809,5 +821,17 @@ async fn observe(
         if let Ok(l) = conn.current_leader(&key).await {
             publish(l);
         }
+    }
+}
+
+/// Resolves when requests moved to another master (never without Sentinel).
+async fn master_moved(moved: &mut Option<watch::Receiver<u64>>) {
+    match moved {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending().await,
     }
 }

@@ -75,6 +75,18 @@ async fn carry_on_through(kill: bool) {
         .await
         .expect("elected in time")
         .unwrap();
+    let mut observer = client
+        .observe("sentinel:election", Default::default())
+        .await
+        .unwrap();
+    assert_eq!(observer.current().map(|l| l.term), Some(term));
+    // And an observer on a client of its own that sends nothing else: only the sentinels'
+    // announcements can move it.
+    let listener = Client::open(&group.url()).await.unwrap();
+    let mut lone_observer = listener
+        .observe("sentinel:election", Default::default())
+        .await
+        .unwrap();
     // Both replicas have both (one acknowledged each grant; the other follows), so whichever
     // the sentinels promote has them.
     let (owner, token) = (guard.owner().to_string(), guard.token());
@@ -181,6 +193,26 @@ async fn carry_on_through(kill: bool) {
     assert!(other.try_write().await.unwrap().is_none());
     assert!(guard.release().await.unwrap(), "released on the new master");
     assert!(election.resign().await.unwrap());
+    // The observer follows the election on the new master too (it moved with the client's
+    // requests, or with the sentinels' +switch-master: the old master, even when it still
+    // runs, publishes nothing of what happens on the new one).
+    let t = Instant::now();
+    let seen = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            if observer.changed().await.unwrap().is_none() {
+                break;
+            }
+        }
+    })
+    .await;
+    eprintln!(
+        "observer saw the resignation after {:?} (kill={kill})",
+        t.elapsed()
+    );
+    assert!(
+        seen.is_ok(),
+        "the observer missed the resignation on the new master"
+    );
     drop(group);
 }
 

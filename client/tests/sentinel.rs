@@ -8,6 +8,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+
 use common::replica::{holders, leader_on};
 use common::sentinel::Group;
 use common::*;
@@ -84,9 +86,10 @@ async fn carry_on_through(kill: bool) {
     // announcements can move it.
     let listener = Client::open(&group.url()).await.unwrap();
     let mut lone_observer = listener
-        .observe("sentinel:election", Default::default())
+        .observe("sentinel:other", Default::default())
         .await
         .unwrap();
+    assert!(lone_observer.current().is_none());
     // Both replicas have both (one acknowledged each grant; the other follows), so whichever
     // the sentinels promote has them.
     let (owner, token) = (guard.owner().to_string(), guard.token());
@@ -134,6 +137,19 @@ async fn carry_on_through(kill: bool) {
         }
     });
 
+    // When the sentinel the clients listen to first announces the switch.
+    let announced = {
+        let port = group.sentinels[0].port;
+        tokio::spawn(async move {
+            let c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+            let mut ps = c.get_async_pubsub().await.unwrap();
+            ps.subscribe("+switch-master").await.unwrap();
+            ps.into_on_message().next().await;
+            Instant::now()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
     let t = Instant::now();
     if kill {
         group.servers[0].kill9();
@@ -155,6 +171,33 @@ async fn carry_on_through(kill: bool) {
         }
     };
     let failover_took = t.elapsed();
+    // At once after the failover (before Sentinel gets round to demoting a master that still
+    // runs), a change on the new master reaches the lone observer.
+    {
+        let mut c = group.server(new).conn();
+        let _: u64 = redis::cmd("LEADER.CAMPAIGN")
+            .arg("sentinel:other")
+            .arg("z")
+            .arg(60_000)
+            .query(&mut c)
+            .unwrap();
+    }
+    let announced = tokio::time::timeout(Duration::from_secs(15), announced)
+        .await
+        .expect("+switch-master announced")
+        .unwrap();
+    let seen = tokio::time::timeout_at(
+        (announced + Duration::from_secs(3)).into(),
+        lone_observer.changed(),
+    )
+    .await
+    .expect("the lone observer follows the announced failover")
+    .unwrap();
+    assert_eq!(seen.map(|l| l.candidate).as_deref(), Some("z"));
+    assert_eq!(
+        listener.master_addr().unwrap().to_string(),
+        format!("127.0.0.1:{new}")
+    );
     eprintln!("failover (kill={kill}) to port {new} after {failover_took:?}");
     // Two more renewal periods on the new master.
     let observe_until = Instant::now() + Duration::from_millis(ttl / 3 * 2 + 1_000);

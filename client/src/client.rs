@@ -533,7 +533,13 @@ impl Client {
         limit: Option<Duration>,
     ) -> RedisResult<Vec<Value>> {
         let n = pipe.cmd_iter().count();
-        self.dedicated(Request::Pipe(pipe, n), limit).await
+        let generation = self.generation();
+        let replies = self.dedicated(Request::Pipe(pipe, n), limit).await?;
+        // An error reply inside (READONLY from a demoted master) may mean a failover too.
+        if let Some(e) = replies.iter().find_map(|v| v.clone().extract_error().err()) {
+            self.after_failure(&e, generation).await;
+        }
+        Ok(replies)
     }
 
     async fn dedicated(

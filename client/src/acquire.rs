@@ -38,6 +38,9 @@ pub enum Wait {
     Forever,
 }
 
+/// The longest `WAIT ms` the module accepts (about 31 years).
+const LONGEST_WAIT_MS: u64 = 1_000_000_000_000;
+
 /// How the request should wait inside the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ServerWait {
@@ -173,9 +176,13 @@ impl Acquisition {
         retry: RetryPolicy,
         now: Instant,
     ) -> (Acquisition, Step) {
-        let deadline = match wait {
-            Wait::For(d) => now.checked_add(d),
-            _ => None,
+        // A wait too long to have a deadline is a wait without one.
+        let (wait, deadline) = match wait {
+            Wait::For(d) => match now.checked_add(d) {
+                Some(dl) => (wait, Some(dl)),
+                None => (Wait::Forever, None),
+            },
+            _ => (wait, None),
         };
         let mut a = Acquisition {
             wait,
@@ -376,7 +383,7 @@ impl Acquisition {
         let wait = match (self.wait, self.deadline) {
             (Wait::Forever, _) => ServerWait::Forever,
             (Wait::For(_), Some(dl)) if dl > now + Duration::from_millis(1) => {
-                ServerWait::Ms((dl - now).as_millis().min(u64::MAX as u128) as u64)
+                ServerWait::Ms((dl - now).as_millis().min(LONGEST_WAIT_MS as u128) as u64)
             }
             _ => ServerWait::Once,
         };

@@ -73,6 +73,16 @@ fn the_wait_becomes_the_servers_wait() {
         start(Wait::For(MS), t0).1,
         Step::Send(ServerWait::Once)
     ));
+    // Longer than the server accepts: its longest wait, asked for again after it.
+    assert!(matches!(
+        start(Wait::For(Duration::from_secs(1 << 40)), t0).1,
+        Step::Send(ServerWait::Ms(1_000_000_000_000))
+    ));
+    // Too long for a deadline at all: no limit.
+    assert!(matches!(
+        start(Wait::For(Duration::MAX), t0).1,
+        Step::Send(ServerWait::Forever)
+    ));
 }
 
 #[test]

@@ -405,15 +405,44 @@ fn ctrl_c_at_the_terminal_ends_the_command_and_releases_the_lock() {
         .wait(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("Ctrl-C did not end it: {:?}", term.seen()));
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    assert_eq!(
-        st.code(),
-        Some(128 + 2),
-        "CMD's status (SIGINT): {:?}",
-        term.seen()
-    );
+    // Ended as CMD did, by SIGINT (a calling shell's $? is 130).
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}: {:?}", term.seen());
     assert!(!term.seen().contains("never"));
     assert_eq!(
         redis_get(&s, &["EXISTS", "cli:ctrl-c"]),
+        redis::Value::Int(0)
+    );
+}
+
+/// A shell script that runs redis-lease stops at Ctrl-C too (as it would without redis-lease
+/// in between), although the terminal's SIGINT reached only CMD's process group.
+#[test]
+fn ctrl_c_stops_the_calling_script_too() {
+    let s = server();
+    let script =
+        format!("{BIN} lock --ttl 1500 cli:script -- sh -c 'echo waiting; read x'; echo after:$?");
+    let mut c = Command::new("bash");
+    c.env("REDIS_URL", s.url()).args(["-c", &script]);
+    let mut term = pty::Pty::spawn(c);
+    assert!(
+        term.wait_for("waiting", Duration::from_secs(10)),
+        "{:?}",
+        term.seen()
+    );
+    wait_exists(&s, "cli:script");
+    std::thread::sleep(Duration::from_millis(200));
+    term.send(b"\x03");
+    term.wait(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("Ctrl-C did not end it: {:?}", term.seen()));
+    // (Reads what the terminal showed until the end.)
+    assert!(
+        !term.wait_for("after:", Duration::from_millis(500)),
+        "the script went on: {:?}",
+        term.seen()
+    );
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:script"]),
         redis::Value::Int(0)
     );
 }

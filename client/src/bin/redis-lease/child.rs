@@ -14,6 +14,8 @@ use crate::EXIT_FAILURE;
 pub enum Outcome {
     /// CMD ended with this exit code (128+N if killed by signal N).
     Exited(u8),
+    /// CMD, in the terminal's foreground, was killed by Ctrl-C (SIGINT): see [`die_of_sigint`].
+    Interrupted,
     /// The lease was lost (CMD was stopped).
     Lost(String),
 }
@@ -24,6 +26,8 @@ pub struct Running {
     pgid: libc::pid_t,
     /// The controlling terminal, if there is one.
     terminal: Option<Terminal>,
+    /// Whether CMD was given the terminal's foreground.
+    handed: bool,
 }
 
 /// Starts CMD with `env` added. It leads a new process group (so that stopping it reaches
@@ -70,6 +74,7 @@ pub fn spawn(cmd: &[OsString], env: &[(&str, String)]) -> std::io::Result<Runnin
         child,
         pgid,
         terminal,
+        handed: handoff.is_some(),
     })
 }
 
@@ -148,7 +153,14 @@ impl Running {
         let outcome = loop {
             tokio::select! {
                 status = self.child.wait() => {
-                    break Outcome::Exited(status.map(exit_code).unwrap_or(EXIT_FAILURE));
+                    use std::os::unix::process::ExitStatusExt;
+                    break match status {
+                        Ok(st) if self.handed && st.signal() == Some(libc::SIGINT) => {
+                            Outcome::Interrupted
+                        }
+                        Ok(st) => Outcome::Exited(exit_code(st)),
+                        Err(_) => Outcome::Exited(EXIT_FAILURE),
+                    };
                 }
                 what = &mut lost => {
                     self.deliver(libc::SIGTERM);
@@ -184,6 +196,20 @@ async fn recv(s: &mut Option<Signal>) {
         }
         None => std::future::pending().await,
     }
+}
+
+/// Ctrl-C at the terminal reached only CMD's process group, which had the foreground. Pass it
+/// on to redis-lease's own group, which had the foreground before (a shell script that ran
+/// redis-lease, the rest of a pipeline), and end by it: then a calling shell stops too, as it
+/// would have without redis-lease in between, and its `$?` is 130.
+pub fn die_of_sigint() -> ! {
+    // SAFETY: restoring the default disposition and signalling our own process group
+    // (pid 0) involve no memory.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::kill(0, libc::SIGINT);
+    }
+    std::process::exit(130)
 }
 
 /// Resolves with 128+N when redis-lease gets SIGINT, SIGTERM or SIGHUP (before CMD runs).

@@ -245,13 +245,17 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 .supervise(guard.lost(), &held, Duration::from_millis(grace))
                 .await;
             match outcome {
-                Outcome::Exited(code) => {
+                Outcome::Exited(_) | Outcome::Interrupted => {
                     if let Err(e) = guard.release().await {
                         out::warn(format_args!(
                             "redis-lease: releasing the lock on {key} failed: {e}"
                         ));
                     }
-                    Ok(code)
+                    match outcome {
+                        Outcome::Exited(code) => Ok(code),
+                        Outcome::Interrupted => child::die_of_sigint(),
+                        _ => child::die_of_sigint(),
+                    }
                 }
                 Outcome::Lost(what) => {
                     out::warn(format_args!(
@@ -322,6 +326,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let _ = election.resign().await;
             match outcome {
                 Outcome::Exited(code) => Ok(code),
+                Outcome::Interrupted => child::die_of_sigint(),
                 Outcome::Lost(what) => {
                     out::warn(format_args!(
                         "redis-lease: leadership of {key} was lost ({what}); the command was stopped"

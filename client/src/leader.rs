@@ -680,7 +680,7 @@ impl LeaderObserver {
         opts: ObserverOptions,
     ) -> Result<LeaderObserver> {
         if opts.configure_notifications {
-            ensure_notifications(client).await?;
+            ensure_notifications(client, opts.retry).await?;
         }
         let events = client.key_events(key).await?;
         let first = client.current_leader(key).await?;
@@ -730,14 +730,14 @@ impl Drop for LeaderObserver {
 }
 
 /// Adds the notification classes the observer needs to `notify-keyspace-events`.
-async fn ensure_notifications(conn: &Client) -> Result<()> {
-    let v = conn
-        .query(
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("notify-keyspace-events"),
-        )
-        .await?;
+/// (With retries of transient failures: just after a reconnection the first request may
+/// fail, and an observer without the setting hears nothing.)
+async fn ensure_notifications(conn: &Client, policy: RetryPolicy) -> Result<()> {
+    let get = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .to_owned();
+    let v = conn.query_retry(&get, None, policy).await?;
     let current = match v {
         Value::Map(pairs) => pairs.first().and_then(|(_, v)| reply::text(v)),
         Value::Array(items) => items.get(1).and_then(reply::text),
@@ -752,13 +752,12 @@ async fn ensure_notifications(conn: &Client) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    conn.query(
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("notify-keyspace-events")
-            .arg(format!("{current}{missing}")),
-    )
-    .await?;
+    let set = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg(format!("{current}{missing}"))
+        .to_owned();
+    conn.query_retry(&set, None, policy).await?;
     Ok(())
 }
 
@@ -807,7 +806,7 @@ async fn observe(
                     if opts.configure_notifications {
                         // A restarted server, or the new master after a failover, may not
                         // have the setting. Set where the subscription now is: after it.
-                        let _ = ensure_notifications(&conn).await;
+                        let _ = ensure_notifications(&conn, opts.retry).await;
                     }
                     events = s;
                     break;

@@ -11,6 +11,8 @@
 //! * `cmd`: the module's commands as typed calls; blocking requests on their own thread.
 //! * `replica`, `aof`, `cluster`: replication, AOF files, a real Redis Cluster.
 //! * `stats`: percentiles of measured samples.
+//! * `socket`: a raw RESP2 client on a `TcpStream` (no retry can hide a lost reply).
+//! * `serverlog`: a server log without crashes, assertions or panics, and printable.
 //!
 //! Tests usually `use redis_lease_testkit::prelude::*;`.
 
@@ -24,6 +26,8 @@ pub mod raw;
 pub mod replica;
 pub mod reply;
 pub mod server;
+pub mod serverlog;
+pub mod socket;
 pub mod state;
 pub mod stats;
 
@@ -43,6 +47,8 @@ pub mod prelude {
     pub use crate::replica::*;
     pub use crate::reply::*;
     pub use crate::server::*;
+    pub use crate::serverlog::*;
+    pub use crate::socket::{Resp, Sock, REPLY_LIMIT};
     pub use crate::state::*;
     pub use crate::stats::*;
     pub use crate::{r, send};

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 /// How long `Sock::reply` waits for a reply before failing.
 pub const REPLY_LIMIT: Duration = Duration::from_secs(5);
 
-/// A RESP2 reply (a push of RESP3 is not spoken: connections stay on RESP2).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A RESP2 reply (a push of RESP3 is not spoken: connections stay on RESP2). Its `Debug`
+/// form shows bulk strings as escaped text, for failure messages.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Resp {
     Simple(String),
     Error(String),
@@ -19,6 +20,19 @@ pub enum Resp {
     /// A nil bulk string or a nil array.
     Nil,
     Array(Vec<Resp>),
+}
+
+impl std::fmt::Debug for Resp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resp::Simple(s) => write!(f, "+{s}"),
+            Resp::Error(e) => write!(f, "-{e}"),
+            Resp::Int(n) => write!(f, ":{n}"),
+            Resp::Bulk(b) => write!(f, "\"{}\"", b.escape_ascii()),
+            Resp::Nil => write!(f, "nil"),
+            Resp::Array(a) => f.debug_list().entries(a).finish(),
+        }
+    }
 }
 
 impl Resp {
@@ -296,5 +310,10 @@ mod tests {
         assert_eq!(m.get("token"), Some(&Resp::Int(5)));
         assert_eq!(m.get("mode").unwrap().bytes(), b"write");
         assert_eq!(m.get("none"), None);
+        assert_eq!(format!("{m:?}"), r#"["mode", +write, "token", :5]"#);
+        assert_eq!(
+            format!("{:?}", Resp::Bulk(b"a\0\xff".to_vec())),
+            r#""a\x00\xff""#
+        );
     }
 }

@@ -423,6 +423,7 @@ const COMMANDS: &[&[&str]] = &[
     &["SEMAPHORE.RELEASE", "cs", "a"],
     &["SEMAPHORE.RENEW", "cs", "a", "1000"],
     &["SEMAPHORE.INFO", "cs"],
+    &["LEASE.EXEC", "ck", "1", "SET", "x", "1"],
     &[
         "LEASE.APPLY",
         "ck",
@@ -463,7 +464,7 @@ fn every_command_handler_panic_answers_an_internal_error() {
         clear(&mut c);
         alive(&s, &point);
     }
-    // Nothing was made by the panicked commands.
+    // Nothing was made by the panicked commands (the fenced SET included).
     assert_eq!(c.cmd(&["DBSIZE"]), Resp::Int(0));
     still_works(&s, "every command");
 }

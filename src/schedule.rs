@@ -75,8 +75,12 @@ pub fn relocate(slot: Slot, db: i32, name: &[u8]) {
 
 /// Makes the timer look at `slot`'s key at `when` (`None`: not at all).
 pub fn set(slot: Slot, when: Option<Ms>) {
-    state::with(|s| s.index.schedule(slot, when));
-    if let Some(at) = when {
+    // The timer is re-armed only if it would fire too late for `when`.
+    let earlier = state::with(move |s| {
+        s.index.schedule(slot, when);
+        when.filter(|at| s.timer.is_none_or(|(_, t)| *at < t))
+    });
+    if let Some(at) = earlier {
         arm(at);
     }
 }

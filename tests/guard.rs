@@ -672,11 +672,25 @@ fn restore_refuses_crafted_payloads_and_changes_nothing() {
 }
 
 #[test]
-fn restore_refuses_a_hold_of_2_31_reads_and_2_31_writes() {
-    // The u32 sum of these counts wrapped to 0 and dropped the hold without a word.
-    let (s, mut c, [rw, _, _]) = crafted_setup();
+fn restore_keeps_a_hold_of_2_31_reads_and_2_31_writes_intact() {
+    // The u32 sum of these counts wrapped to 0 and dropped the hold without a word. The
+    // counts are each valid (a writer that also reads, reentrant many times): the hold must
+    // come back whole, not vanish.
+    let (s, _sock, [rw, _, _]) = crafted_setup();
     let d = in_a_minute();
     let p = craft(&rw, &[5], None, &[(b"a", 1 << 31, 1 << 31, d, 5)]);
-    refused(&s, &mut c, "reads=2^31 and writes=2^31", &p);
+    let mut rc = conn(&s);
+    assert_eq!(text(&r!(rc, "RESTORE", "big", 0, p.as_slice())), "OK");
+    let i = lock_info(&mut rc, "big");
+    assert_eq!(i.mode, "write");
+    assert_eq!(
+        i.holder("a", "write").map(|h| (h.count, h.token)),
+        Some((1 << 31, 5))
+    );
+    assert_eq!(i.holder("a", "read").map(|h| h.count), Some(1 << 31));
+    assert!(
+        is_nil(&r!(rc, "RWLOCK.RLOCK", "big", "other", 1000)),
+        "a writer holds it"
+    );
     alive(&s, "2^31 + 2^31");
 }

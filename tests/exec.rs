@@ -99,7 +99,7 @@ fn a_holder_whose_lease_ran_out_cannot_overwrite_the_next_holders_write() {
     // B waits for the lock; A stops renewing (it is frozen: a real process, SIGSTOPped with
     // its fenced write already typed, see below).
     let b = spawn_wait(&s, &["RWLOCK.WLOCK", "lk", "b", "60000", "WAIT", "10000"]);
-    let mut frozen = Command::new("sh")
+    let frozen = Command::new("sh")
         .arg("-c")
         .arg(format!(
             "sleep 0.2; redis-cli -p {} LEASE.EXEC lk {ta} SET data from-a",

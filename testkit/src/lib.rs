@@ -11,12 +11,18 @@
 //! * `cmd`: the module's commands as typed calls; blocking requests on their own thread.
 //! * `replica`, `aof`, `cluster`: replication, AOF files, a real Redis Cluster.
 //! * `stats`: percentiles of measured samples.
+//! * `timed`: a blocking request whose reply comes with its arrival time; `crowd`: thousands of
+//!   raw connections (parked waiters); `usage`: used memory and command time; `dataset`: two
+//!   servers' datasets key by key; `crafted`: DUMP payloads patched and resealed (CRC-64).
 //!
 //! Tests usually `use redis_lease_testkit::prelude::*;`.
 
 pub mod aof;
 pub mod cluster;
 pub mod cmd;
+pub mod crafted;
+pub mod crowd;
+pub mod dataset;
 pub mod info;
 pub mod module;
 pub mod poll;
@@ -26,6 +32,8 @@ pub mod reply;
 pub mod server;
 pub mod state;
 pub mod stats;
+pub mod timed;
+pub mod usage;
 
 /// The redis-rs crate the kit is built on (the macros name it through here).
 pub use redis;

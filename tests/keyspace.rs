@@ -1,0 +1,653 @@
+//! A key's lease state under every keyspace operation (issue 11): SWAPDB carries waiters and
+//! lapse timers to the other db; RENAME, MOVE, COPY and RESTORE keep lapses and hand-offs; a
+//! held key deleted by any route leaves no entry in the module's key index; crafted RESTORE
+//! payloads are refused; an AOF rewrite without the RDB preamble keeps a key's last token;
+//! DEBUG RELOAD keeps waiters waiting. Also: WAIT timeouts answer at their deadline, and an
+//! upgrade request costs the same behind 12,000 waiters as behind none.
+//!
+//! The tests of this file run one at a time (`serial`): several measure time.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis_lease_testkit::crafted::{checksum_ok, patch_u64, u64_fields};
+use redis_lease_testkit::crowd::Crowd;
+use redis_lease_testkit::prelude::*;
+use redis_lease_testkit::timed::{send_timed, Pending};
+use redis_lease_testkit::usage::command_stats;
+
+const LONG: u64 = 60_000;
+/// A lease short enough to lapse during a test.
+const SHORT: u64 = 300;
+/// How late after a lapse its waiter may be served (the module's timer answers within a few
+/// ms; this allows for a loaded 2-core machine).
+const LAPSE_SLACK: Duration = Duration::from_millis(100);
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes a write lock with a short lease; answers (token, sent, replied): the lease ends
+/// between `sent + ttl` and `replied + ttl`.
+fn short_hold(c: &mut Connection, key: &str, owner: &str, ttl: u64) -> (i64, Instant, Instant) {
+    let sent = Instant::now();
+    let t = wlock(c, key, owner, ttl).unwrap_or_else(|| panic!("{key}: {owner} not granted"));
+    (t, sent, Instant::now())
+}
+
+/// The waiter's reply: a token, given no earlier than `sent + ttl` (the lease's earliest end)
+/// and no later than `replied + ttl + LAPSE_SLACK`.
+fn served_at_lapse(p: Pending, sent: Instant, replied: Instant, ttl: u64, what: &str) -> (i64, Instant) {
+    let (reply, at) = p.wait(Duration::from_secs(10));
+    let t = reply
+        .unwrap_or_else(|e| panic!("{what}: error {e}"))
+        .unwrap_or_else(|| panic!("{what}: nil (never handed the lock at the lapse)"));
+    let ttl = Duration::from_millis(ttl);
+    assert!(at >= sent + ttl, "{what}: served {:?} before the lease could end", sent + ttl - at);
+    let late = at.saturating_duration_since(replied + ttl);
+    assert!(late <= LAPSE_SLACK, "{what}: served {late:?} after the lapse");
+    (t, at)
+}
+
+/// Waits (bounded) until the module's key index is empty: no indexed key, no wake-up.
+fn assert_index_empty(c: &mut Connection, what: &str) {
+    let mut last = (0, 0);
+    let empty = eventually(Duration::from_secs(1), || {
+        last.0 = info_int(c, "lease", "lease_scheduled_wakeups");
+        last.0 == 0 && {
+            last.1 = info_int(c, "lease", "lease_indexed_keys");
+            last.1 == 0
+        }
+    });
+    assert!(
+        empty,
+        "{what}: lease_scheduled_wakeups {} lease_indexed_keys {} (should be 0)",
+        last.0, last.1
+    );
+}
+
+/// Nothing of the module is left on the server: no key in db 0 or 1, no holder, no index.
+fn assert_nothing_left(s: &Server, what: &str) {
+    let (mut c0, mut c1) = (conn_db(s, 0), conn_db(s, 1));
+    let gone = eventually(Duration::from_secs(1), || {
+        dbsize(&mut c0) == 0
+            && dbsize(&mut c1) == 0
+            && info_int(&mut c0, "lease", "lease_holders") == 0
+            && info_int(&mut c0, "lease", "lease_keys") == 0
+    });
+    assert!(
+        gone,
+        "{what}: left behind: dbsize {} and {}, lease_holders {}, lease_keys {}",
+        dbsize(&mut c0),
+        dbsize(&mut c1),
+        info_int(&mut c0, "lease", "lease_holders"),
+        info_int(&mut c0, "lease", "lease_keys")
+    );
+    assert_index_empty(&mut c0, what);
+}
+
+fn swapdb(c: &mut Connection) {
+    assert_eq!(text(&r!(c, "SWAPDB", 0, 1)), "OK");
+}
+
+fn ttl_s(ms: u64) -> String {
+    ms.to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// SWAPDB
+
+#[test]
+fn swapdb_waiter_is_served_at_the_lapse_and_the_key_goes_with_its_unlock() {
+    let _g = serial();
+    let s = Server::start();
+    let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
+    let (ta, sent, replied) = short_hold(&mut c0, "k", "A", SHORT);
+    let b = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "B", "5000", "WAIT", "3000"]);
+    await_waiters(&mut c0, "k", 1);
+    swapdb(&mut c0);
+    assert_eq!((exists(&mut c0, "k"), exists(&mut c1, "k")), (0, 1));
+    assert_eq!(lock_info(&mut c1, "k").waiters, 1, "the waiter follows its key");
+    let (tb, _) = served_at_lapse(b, sent, replied, SHORT, "B after SWAPDB");
+    assert!(tb > ta);
+    let info = lock_info(&mut c1, "k");
+    assert_eq!(info.owners(), ["B"], "{info:?}");
+    assert_eq!(info.holders[0].token, tb);
+    assert_eq!(int(&r!(c1, "PTTL", "k")), -1, "lock keys carry no Redis TTL");
+    assert_eq!(unlock(&mut c1, "k", "B"), 1);
+    assert_nothing_left(&s, "after B's unlock");
+}
+
+#[test]
+fn swapdb_keeps_lapses_and_hand_offs_going_until_nothing_is_left() {
+    let _g = serial();
+    let s = Server::start();
+    let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
+    let (ta, sent, replied) = short_hold(&mut c0, "k", "A", SHORT);
+    let b = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "B", &ttl_s(SHORT), "WAIT", "3000"]);
+    await_waiters(&mut c0, "k", 1);
+    swapdb(&mut c0);
+    // A fresh waiter on the moved key, behind B.
+    let c = send_timed(&s, 1, &["RWLOCK.WLOCK", "k", "C", &ttl_s(SHORT), "WAIT", "3000"]);
+    await_waiters(&mut c1, "k", 2);
+    let (tb, at_b) = served_at_lapse(b, sent, replied, SHORT, "B at A's lapse");
+    // B's lease starts when it is granted, before its reply arrives.
+    let (tc, _) = served_at_lapse(c, replied, at_b, SHORT, "C at B's lapse");
+    assert!(ta < tb && tb < tc);
+    // C's lease lapses too, with no waiter left: the key goes.
+    sleep_until(now_ms() + SHORT as i64, 0);
+    assert_nothing_left(&s, "after C's lapse");
+}
+
+#[test]
+fn swapdb_moved_key_serves_a_fresh_waiter_at_its_holders_lapse() {
+    let _g = serial();
+    let s = Server::start();
+    let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
+    let (_, sent, replied) = short_hold(&mut c0, "k", "A", SHORT);
+    swapdb(&mut c0);
+    let w = send_timed(&s, 1, &["RWLOCK.WLOCK", "k", "W", &ttl_s(SHORT), "WAIT", "3000"]);
+    await_waiters(&mut c1, "k", 1);
+    served_at_lapse(w, sent, replied, SHORT, "W on the moved key");
+    // And the same key swapped back: its next holder lapses on time in db 0 again.
+    swapdb(&mut c1);
+    assert_eq!(lock_info(&mut c0, "k").owners(), ["W"]);
+    sleep_until(now_ms() + SHORT as i64, 0);
+    assert_nothing_left(&s, "after W's lapse in db 0");
+}
+
+#[test]
+fn swapdb_flushdb_of_the_keys_new_db_answers_lockgone_and_of_its_old_db_does_not() {
+    let _g = serial();
+    let s = Server::start();
+    let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
+    wlock(&mut c0, "k", "A", LONG).unwrap();
+    let mut b = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "B", "5000", "WAIT", "20000"]);
+    await_waiters(&mut c0, "k", 1);
+    swapdb(&mut c0);
+    // db 0 no longer holds k: flushing it leaves k and its waiter alone.
+    assert_eq!(text(&r!(c0, "FLUSHDB")), "OK");
+    b.assert_waiting_for(Duration::from_millis(300), "FLUSHDB of the old db");
+    let info = lock_info(&mut c1, "k");
+    assert_eq!((info.owners(), info.waiters), (vec!["A".to_string()], 1), "{info:?}");
+    assert_eq!(info_int(&mut c0, "lease", "lease_waiters_lockgone"), 0);
+    // db 1 holds it now: flushing it answers the waiter.
+    assert_eq!(text(&r!(c1, "FLUSHDB")), "OK");
+    let (reply, _) = b.wait(Duration::from_secs(2));
+    let e = reply.expect_err("B after FLUSHDB of its key's db");
+    assert!(e.contains("LOCKGONE"), "B: {e}");
+    assert_eq!(info_int(&mut c0, "lease", "lease_waiters"), 0);
+    assert_nothing_left(&s, "after FLUSHDB");
+}
+
+#[test]
+fn rename_move_copy_and_restore_keep_lapses_and_hand_offs() {
+    let _g = serial();
+    let s = Server::start();
+    let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
+    let ttl = 500;
+    let (_, sent, _) = short_hold(&mut c0, "r", "A", ttl);
+    wlock(&mut c0, "m", "A", ttl).unwrap();
+    wlock(&mut c0, "c", "A", ttl).unwrap();
+    wlock(&mut c0, "d", "A", ttl).unwrap();
+    // The last of the four leases ends by now + ttl.
+    let replied = Instant::now();
+    assert_eq!(text(&r!(c0, "RENAME", "r", "r2")), "OK");
+    assert_eq!(int(&r!(c0, "MOVE", "m", 1)), 1);
+    assert_eq!(int(&r!(c0, "COPY", "c", "c2")), 1);
+    let payload = match r!(c0, "DUMP", "d") {
+        Value::BulkString(b) => b,
+        other => panic!("DUMP d: {other:?}"),
+    };
+    assert_eq!(text(&r!(c0, "RESTORE", "d2", 0, payload)), "OK");
+    let waiters = [
+        (0, "r2"),
+        (1, "m"),
+        (0, "c"),
+        (0, "c2"),
+        (0, "d"),
+        (0, "d2"),
+    ]
+    .map(|(db, k)| {
+        let p = send_timed(&s, db, &["RWLOCK.WLOCK", k, "W", "200", "WAIT", "3000"]);
+        (db, k, p)
+    });
+    for (db, k, _) in &waiters {
+        let c = if *db == 0 { &mut c0 } else { &mut c1 };
+        await_waiters(c, k, 1);
+    }
+    for (db, k, p) in waiters {
+        served_at_lapse(p, sent, replied, ttl, &format!("waiter on {k} in db {db}"));
+    }
+    sleep_until(now_ms() + 200, 0);
+    assert_nothing_left(&s, "after the waiters' lapses");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deleted keys leave no index entries
+
+/// Holds `n` keys named `{prefix}{i}` (write, long lease); checks the index counts them.
+fn hold_many(c: &mut Connection, prefix: &str, n: usize) -> Vec<String> {
+    let indexed = |c: &mut Connection| lease_info(c).get("lease_indexed_keys").cloned();
+    let before = indexed(c);
+    let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    let mut p = redis::pipe();
+    for k in &keys {
+        p.cmd("RWLOCK.WLOCK").arg(k).arg("o").arg(LONG);
+    }
+    let tokens: Vec<Option<i64>> = p.query(c).expect("pipelined WLOCKs");
+    assert!(tokens.iter().all(Option::is_some), "{prefix}: not all granted");
+    // (Checked where the field exists: `assert_index_empty` requires it, after the wake-ups.)
+    if let Some(before) = before {
+        let after: i64 = indexed(c).expect("lease_indexed_keys").parse().unwrap();
+        assert_eq!(
+            after,
+            before.parse::<i64>().unwrap() + n as i64,
+            "{prefix}: every held key is indexed"
+        );
+    }
+    assert!(info_int(c, "lease", "lease_scheduled_wakeups") > 0);
+    keys
+}
+
+fn run(c: &mut Connection, args: &[&str]) -> Value {
+    let argv: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let v = exec_args(c, &argv).expect("io");
+    assert!(!is_err(&v), "{args:?}: {v:?}");
+    v
+}
+
+fn with_keys<'a>(head: &[&'a str], keys: &'a [String]) -> Vec<&'a str> {
+    head.iter()
+        .copied()
+        .chain(keys.iter().map(String::as_str))
+        .collect()
+}
+
+#[test]
+fn held_keys_deleted_by_any_route_leave_no_index_entries() {
+    let _g = serial();
+    let s = debug_server();
+    let other = Server::start();
+    let mut c = conn(&s);
+    let n = 20;
+    let routes: &[&str] = &[
+        "DEL",
+        "UNLINK",
+        "FLUSHALL",
+        "FLUSHALL ASYNC",
+        "FLUSHDB",
+        "FLUSHDB ASYNC",
+        "RENAME a string over",
+        "RENAME a lock over",
+        "COPY REPLACE over",
+        "SET over",
+        "RESTORE REPLACE a string over",
+        "PEXPIRE then lazy expiry",
+        "PEXPIRE then active expiry",
+        "MIGRATE",
+    ];
+    for &route in routes {
+        let keys = hold_many(&mut c, &format!("{route}:"), n);
+        // One key also has a waiter, which the deletion answers.
+        let w = send_timed(
+            &s,
+            0,
+            &["RWLOCK.WLOCK", keys[0].as_str(), "w", "1000", "WAIT", "20000"],
+        );
+        await_waiters(&mut c, &keys[0], 1);
+        match route {
+            "DEL" | "UNLINK" => {
+                run(&mut c, &with_keys(&[route], &keys));
+            }
+            "FLUSHALL" | "FLUSHALL ASYNC" | "FLUSHDB" | "FLUSHDB ASYNC" => {
+                run(&mut c, &route.split(' ').collect::<Vec<_>>());
+            }
+            "RENAME a string over" => {
+                for k in &keys {
+                    run(&mut c, &["SET", "src", "v"]);
+                    run(&mut c, &["RENAME", "src", k]);
+                }
+            }
+            "RENAME a lock over" => {
+                let srcs = hold_many(&mut c, "lock-src:", n);
+                for (src, k) in srcs.iter().zip(&keys) {
+                    run(&mut c, &["RENAME", src, k]);
+                }
+                assert_eq!(
+                    info_int(&mut c, "lease", "lease_indexed_keys"),
+                    n as i64,
+                    "{route}: one index entry per remaining key"
+                );
+                run(&mut c, &with_keys(&["DEL"], &keys));
+            }
+            "COPY REPLACE over" => {
+                let srcs = hold_many(&mut c, "copy-src:", n);
+                for (src, k) in srcs.iter().zip(&keys) {
+                    run(&mut c, &["COPY", src, k, "REPLACE"]);
+                }
+                assert_eq!(
+                    info_int(&mut c, "lease", "lease_indexed_keys"),
+                    2 * n as i64,
+                    "{route}: one index entry per key"
+                );
+                run(&mut c, &with_keys(&["DEL"], &keys));
+                run(&mut c, &with_keys(&["DEL"], &srcs));
+            }
+            "SET over" => {
+                for k in &keys {
+                    run(&mut c, &["SET", k, "v"]);
+                }
+            }
+            "RESTORE REPLACE a string over" => {
+                run(&mut c, &["SET", "src", "v"]);
+                let payload = match r!(c, "DUMP", "src") {
+                    Value::BulkString(b) => b,
+                    other => panic!("DUMP src: {other:?}"),
+                };
+                for k in &keys {
+                    let v = r!(c, "RESTORE", k, 0, payload.as_slice(), "REPLACE");
+                    assert_eq!(text(&v), "OK");
+                }
+            }
+            "PEXPIRE then lazy expiry" | "PEXPIRE then active expiry" => {
+                for k in &keys {
+                    run(&mut c, &["PEXPIRE", k, "20"]);
+                }
+                sleep_until(now_ms() + 50, 0);
+                if route.contains("lazy") {
+                    for k in &keys {
+                        assert_eq!(exists(&mut c, k), 0, "{k} expired");
+                    }
+                } else {
+                    until(Duration::from_secs(5), "active expiry", || {
+                        info_int(&mut c, "stats", "expired_keys") >= n as i64
+                    });
+                }
+            }
+            "MIGRATE" => {
+                let port = other.port.to_string();
+                let v = run(
+                    &mut c,
+                    &with_keys(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"], &keys),
+                );
+                assert_eq!(text(&v), "OK");
+                let mut o = conn(&other);
+                assert_eq!(dbsize(&mut o), n as i64, "migrated");
+                assert_eq!(info_int(&mut o, "lease", "lease_indexed_keys"), n as i64);
+                run(&mut o, &["FLUSHALL"]);
+                assert_index_empty(&mut o, "the MIGRATE target after FLUSHALL");
+            }
+            other => unreachable!("{other}"),
+        }
+        let (reply, _) = w.wait(Duration::from_secs(2));
+        let gone = reply.expect_err(&format!("{route}: the waiter"));
+        assert!(gone.contains("LOCKGONE"), "{route}: the waiter got {gone}");
+        for k in &keys {
+            let t = text(&r!(c, "TYPE", k));
+            assert!(t == "none" || t == "string", "{route}: {k} is still a {t}");
+        }
+        // Before any cleanup: a FLUSHALL could drop entries the route left behind.
+        assert_index_empty(&mut c, route);
+        let _ = r!(c, "FLUSHALL");
+    }
+}
+
+#[test]
+fn del_of_10000_held_keys_leaves_no_index_entries() {
+    let _g = serial();
+    let s = Server::start();
+    let mut c = conn(&s);
+    let keys = hold_many(&mut c, "k", 10_000);
+    for chunk in keys.chunks(1000) {
+        let mut p = redis::pipe();
+        for k in chunk {
+            p.cmd("DEL").arg(k);
+        }
+        let n: Vec<i64> = p.query(&mut c).expect("pipelined DELs");
+        assert!(n.iter().all(|&x| x == 1));
+    }
+    assert_eq!(dbsize(&mut c), 0);
+    assert_index_empty(&mut c, "after 10,000 DELs");
+    assert_eq!(info_int(&mut c, "lease", "lease_holders"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// WAIT timeouts answer at their deadline
+
+#[test]
+fn wait_timeouts_answer_nil_at_their_deadline() {
+    let _g = serial();
+    let s = Server::start();
+    let mut c = conn(&s);
+    wlock(&mut c, "k", "A", LONG).unwrap();
+    let mut w = conn(&s);
+    let mut report = Vec::new();
+    for ms in [1u64, 5, 20, 50] {
+        let mut late = Vec::new();
+        for _ in 0..20 {
+            let t0 = Instant::now();
+            let v = r!(w, "RWLOCK.WLOCK", "k", "B", 1000, "WAIT", ms);
+            let took = t0.elapsed();
+            assert!(is_nil(&v), "WAIT {ms}: {v:?}");
+            assert!(
+                took >= Duration::from_millis(ms),
+                "WAIT {ms} answered after {took:?}: before its deadline"
+            );
+            late.push((took - Duration::from_millis(ms)).as_secs_f64() * 1000.0);
+        }
+        let (p50, p90, max) = (
+            percentile(&mut late, 50.0),
+            percentile(&mut late, 90.0),
+            percentile(&mut late, 100.0),
+        );
+        report.push(format!("WAIT {ms}: late p50 {p50:.1} p90 {p90:.1} max {max:.1} ms"));
+        assert!(
+            p50 < 15.0 && p90 < 30.0,
+            "WAIT {ms}: answered late: p50 {p50:.1} ms p90 {p90:.1} ms max {max:.1} ms"
+        );
+    }
+    println!("wait timeout lateness ({}): {}", server_binary(), report.join("; "));
+    assert_eq!(lock_info(&mut c, "k").waiters, 0);
+    assert_eq!(info_int(&mut c, "lease", "lease_wait_timeouts"), 80);
+}
+
+#[test]
+fn a_wait_never_ends_before_its_time() {
+    let _g = serial();
+    let s = Server::start();
+    let mut c = conn(&s);
+    wlock(&mut c, "k", "A", LONG).unwrap();
+    let mut w = conn(&s);
+    // Many short waits: one that starts late in a ms and is armed in the next shows it.
+    const TRIES: usize = 1500;
+    let mut early = Vec::new();
+    for _ in 0..TRIES {
+        let t0 = Instant::now();
+        let v = r!(w, "RWLOCK.WLOCK", "k", "B", 1000, "WAIT", 1);
+        let took = t0.elapsed();
+        assert!(is_nil(&v), "WAIT 1: {v:?}");
+        if took < Duration::from_millis(1) {
+            early.push(took);
+        }
+    }
+    assert!(
+        early.is_empty(),
+        "{} of {TRIES} WAIT 1 answered nil before 1 ms had passed (round trip included): \
+         {early:?}",
+        early.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// An upgrade request costs the same behind a long queue
+
+/// `n` upgrade requests of `owner` (a reader beside others) with a 1 ms wait, each answered
+/// nil: (usec_per_call of RWLOCK.WLOCK from INFO commandstats, median round trip in µs).
+fn upgrade_cost(c: &mut Connection, owner: &str, n: usize) -> (f64, f64) {
+    let _ = r!(c, "CONFIG", "RESETSTAT");
+    let mut rtt = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let v = r!(c, "RWLOCK.WLOCK", "k", owner, LONG, "WAIT", 1);
+        rtt.push(t0.elapsed().as_secs_f64() * 1e6);
+        assert!(is_nil(&v), "upgrade of {owner}: {v:?}");
+    }
+    let st = command_stats(c, "rwlock.wlock");
+    assert_eq!(st.get("calls").copied(), Some(n as f64), "commandstats: {st:?}");
+    (st["usec_per_call"], percentile(&mut rtt, 50.0))
+}
+
+#[test]
+fn an_upgrade_request_costs_the_same_behind_12000_waiters() {
+    let _g = serial();
+    let waiters = 12_000;
+    // hz 500: a module whose timeouts Redis answers (at hz) still answers a 1 ms wait soon.
+    let s = Server::with(
+        Options::default()
+            .arg("maxclients", "13000")
+            .arg("hz", "500")
+            .module_arg("max-waiters", "20000"),
+    );
+    let mut c = conn(&s);
+    rlock(&mut c, "k", "r1", LONG).unwrap();
+    rlock(&mut c, "k", "r2", LONG).unwrap();
+    let calls = 300;
+    let empty = upgrade_cost(&mut c, "r2", calls);
+    let mut crowd = Crowd::connect(s.port, waiters);
+    crowd.send_each(|i| {
+        ["RWLOCK.WLOCK", "k", &format!("w{i}"), "60000", "WAIT", "0"]
+            .map(String::from)
+            .to_vec()
+    });
+    let mut last = 0;
+    let queued = eventually(Duration::from_secs(30), || {
+        last = lock_info(&mut c, "k").waiters;
+        last == waiters as i64
+    });
+    assert!(queued, "only {last} of {waiters} waiters queued");
+    let loaded = upgrade_cost(&mut c, "r2", calls);
+    println!(
+        "upgrade request with WAIT ({}): usec_per_call {:.1} with no waiters, {:.1} with \
+         {waiters}; median round trip {:.0} µs and {:.0} µs",
+        server_binary(),
+        empty.0,
+        loaded.0,
+        empty.1,
+        loaded.1
+    );
+    assert!(
+        loaded.0 < 200.0 && loaded.0 < 10.0 * empty.0.max(5.0),
+        "an upgrade request behind {waiters} waiters costs {:.1} µs, against {:.1} µs behind none",
+        loaded.0,
+        empty.0
+    );
+    // The upgrader still goes ahead of the queue: r1 leaves, r2 gets the write lock.
+    let up = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "r2", "60000", "WAIT", "5000"]);
+    await_waiters(&mut c, "k", waiters as i64 + 1);
+    assert_eq!(unlock(&mut c, "k", "r1"), 1);
+    let (t, _) = up.wait(Duration::from_secs(10));
+    assert!(t.expect("upgrade").is_some(), "the upgrade is granted first");
+    crowd.close();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Smaller: crafted RESTORE, AOF rewrite without preamble, DEBUG RELOAD
+
+#[test]
+fn a_restore_payload_with_a_huge_token_is_refused_and_grants_go_on() {
+    let _g = serial();
+    let s = Server::start();
+    let mut c = conn(&s);
+    let t = wlock(&mut c, "k", "A", LONG).unwrap();
+    let payload = match r!(c, "DUMP", "k") {
+        Value::BulkString(b) => b,
+        other => panic!("DUMP k: {other:?}"),
+    };
+    assert!(checksum_ok(&payload), "our CRC-64 agrees with Redis's on a real DUMP");
+    // The token is stored twice: the key's last token and the holder's.
+    let at = u64_fields(&payload, t as u64);
+    assert_eq!(at.len(), 2, "token {t} in {payload:02x?}");
+    // The unpatched payload restores (so a refusal below is the token's doing).
+    assert_eq!(text(&r!(c, "RESTORE", "copy", 0, payload.as_slice())), "OK");
+    let huge = i64::MAX as u64;
+    let high_water = info_int(&mut c, "lease", "lease_token_high_water");
+    for fields in [vec![at[0]], vec![at[1]], at.clone()] {
+        let crafted = patch_u64(&payload, &fields, huge);
+        assert!(checksum_ok(&crafted));
+        let v = r!(c, "RESTORE", "crafted", 0, crafted.as_slice());
+        assert!(is_err(&v), "RESTORE with token 2^63-1 at {fields:?}: {v:?}");
+        assert_eq!(exists(&mut c, "crafted"), 0);
+        let v = r!(c, "RESTORE", "k", 0, crafted.as_slice(), "REPLACE");
+        assert!(is_err(&v), "RESTORE REPLACE with token 2^63-1 at {fields:?}: {v:?}");
+        assert_eq!(lock_info(&mut c, "k").holder("A", "write").unwrap().token, t);
+    }
+    assert_eq!(
+        info_int(&mut c, "lease", "lease_token_high_water"),
+        high_water,
+        "a refused RESTORE changes nothing"
+    );
+    let t2 = wlock(&mut c, "fresh", "B", LONG).expect("grants go on");
+    assert!(t2 > t && t2 < 1 << 62, "token {t2}");
+    assert_eq!(unlock(&mut c, "k", "A"), 1);
+    assert!(wlock(&mut c, "k", "C", LONG).unwrap() > t2);
+}
+
+#[test]
+fn aof_rewrite_without_preamble_keeps_the_keys_last_token() {
+    let _g = serial();
+    let opts = Options::default()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .arg("aof-use-rdb-preamble", "no");
+    let mut s = Server::with(opts);
+    let mut c = conn(&s);
+    let ta = rlock(&mut c, "k", "a", LONG).unwrap();
+    let tb = rlock(&mut c, "k", "b", LONG).unwrap();
+    assert_eq!(unlock(&mut c, "k", "b"), 1);
+    let before = lock_info(&mut c, "k");
+    assert_eq!((before.token, before.max_token()), (tb, tb));
+    assert!(ta < tb);
+    wait_persistence_idle(&mut c);
+    let v = r!(c, "BGREWRITEAOF");
+    assert!(!is_err(&v), "BGREWRITEAOF: {v:?}");
+    wait_persistence_idle(&mut c);
+    assert_eq!(
+        info_field(&mut c, "persistence", "aof_last_bgrewrite_status").as_deref(),
+        Some("ok")
+    );
+    s.restart(None);
+    let mut c = conn(&s);
+    let after = lock_info(&mut c, "k");
+    assert_same_lock("BGREWRITEAOF (no preamble) + restart", &before, &after, true);
+    assert_eq!(after.token, tb, "the key's last token is b's");
+    assert!(wlock(&mut c, "other", "x", LONG).unwrap() > tb);
+}
+
+#[test]
+fn debug_reload_keeps_waiters_of_surviving_keys_waiting_and_flushall_answers_lockgone() {
+    let _g = serial();
+    let s = debug_server();
+    let mut c = conn(&s);
+    let ta = wlock(&mut c, "k", "A", LONG).unwrap();
+    let mut b = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "B", "5000", "WAIT", "20000"]);
+    await_waiters(&mut c, "k", 1);
+    assert_eq!(text(&r!(c, "DEBUG", "RELOAD")), "OK");
+    b.assert_waiting_for(Duration::from_millis(300), "DEBUG RELOAD kept k");
+    assert_eq!(lock_info(&mut c, "k").waiters, 1, "B still waits on k");
+    assert_eq!(info_int(&mut c, "lease", "lease_waiters_lockgone"), 0);
+    assert_eq!(unlock(&mut c, "k", "A"), 1);
+    let (reply, _) = b.wait(Duration::from_secs(2));
+    let tb = reply.expect("B's grant").expect("B granted after A's unlock");
+    assert!(tb > ta);
+    assert_eq!(lock_info(&mut c, "k").owners(), ["B"]);
+
+    let w = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "W", "5000", "WAIT", "20000"]);
+    await_waiters(&mut c, "k", 1);
+    assert_eq!(text(&r!(c, "FLUSHALL")), "OK");
+    let (reply, _) = w.wait(Duration::from_secs(2));
+    let e = reply.expect_err("W after FLUSHALL");
+    assert!(e.contains("LOCKGONE"), "W: {e}");
+    assert_index_empty(&mut c, "after FLUSHALL");
+}

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use redis_lease_testkit::crowd::Crowd;
 use redis::ConnectionLike;
+use redis_lease_testkit::crowd::Crowd;
 use redis_lease_testkit::prelude::*;
 use redis_lease_testkit::timed::send_timed;
 use redis_lease_testkit::usage::used_memory;
@@ -64,7 +64,9 @@ fn fill(c: &mut Connection, policy: &str) -> (usize, usize) {
     (written, oom)
 }
 
-fn eviction_case(policy: &str) {
+/// `waiter`: W waits on k (WAIT) from before the cache writes, so an evicted k has a waiter,
+/// which must be served at A's lapse, not before, and not answered LOCKGONE.
+fn eviction_case(policy: &str, waiter: bool) {
     let s = Server::with(
         Options::default()
             .arg("maxmemory", "8mb")
@@ -74,6 +76,11 @@ fn eviction_case(policy: &str) {
     let sent = Instant::now();
     let ta = wlock(&mut c, "k", "A", LEASE).unwrap();
     let earliest_end = sent + Duration::from_millis(LEASE);
+    let mut w = waiter.then(|| {
+        let w = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "W", "1000", "WAIT", "10000"]);
+        await_waiters(&mut c, "k", 1);
+        w
+    });
     let (written, oom) = fill(&mut c, policy);
     let evicted = info_int(&mut c, "stats", "evicted_keys");
     // Free the memory again (a request on a full server under noeviction would be OOM).
@@ -88,7 +95,7 @@ fn eviction_case(policy: &str) {
         .map(|v| v.parse().unwrap())
         .unwrap_or(-1);
     println!(
-        "{policy}: {written} cache writes, {evicted} evicted, {oom} OOM, lock key evicted: \
+        "{policy} (waiter: {waiter}): {written} cache writes, {evicted} evicted, {oom} OOM, lock key evicted: \
          {k_evicted}, lease_evictions {lease_evictions}"
     );
     match policy {
@@ -96,7 +103,10 @@ fn eviction_case(policy: &str) {
             assert!(oom > 0, "noeviction: writes never failed with OOM");
             assert_eq!(evicted, 0);
         }
-        _ => assert!(evicted > 0, "{policy}: nothing evicted after {written} writes"),
+        _ => assert!(
+            evicted > 0,
+            "{policy}: nothing evicted after {written} writes"
+        ),
     }
     if policy == "noeviction" || policy.starts_with("volatile") {
         assert!(!k_evicted, "{policy} evicted the lock key (it has no TTL)");
@@ -106,7 +116,11 @@ fn eviction_case(policy: &str) {
         assert_eq!(info.owners(), ["A"], "{policy}: {info:?}");
         assert_eq!(info.holders[0].token, ta);
         // No Redis TTL: what keeps volatile-* policies away from it.
-        assert_eq!(int(&r!(c, "PTTL", "k")), -1, "{policy}: the lock key has a TTL");
+        assert_eq!(
+            int(&r!(c, "PTTL", "k")),
+            -1,
+            "{policy}: the lock key has a TTL"
+        );
     }
 
     // A's lease still runs: B is refused, with or without WAIT until it ends.
@@ -115,9 +129,40 @@ fn eviction_case(policy: &str) {
         asked + Duration::from_millis(200) < earliest_end,
         "{policy}: the cache writes took too long to check during A's lease"
     );
-    assert_eq!(wlock(&mut c, "k", "B", 1000), None, "{policy}: B granted during A's lease");
-    assert_eq!(rlock(&mut c, "k", "R", 1000), None, "{policy}: R granted during A's lease");
+    assert_eq!(
+        wlock(&mut c, "k", "B", 1000),
+        None,
+        "{policy}: B granted during A's lease"
+    );
+    assert_eq!(
+        rlock(&mut c, "k", "R", 1000),
+        None,
+        "{policy}: R granted during A's lease"
+    );
     let b = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "B", "1000", "WAIT", "10000"]);
+    if let Some(w) = w.as_mut() {
+        w.assert_waiting_for(Duration::from_millis(0), "A's lease still runs");
+    }
+    let ta = match w {
+        // W, queued first, is served first, at A's lapse; B after W's release.
+        Some(w) => {
+            let (reply, at) = w.wait(Duration::from_secs(15));
+            let tw = reply
+                .unwrap_or_else(|e| panic!("{policy}: W: {e}"))
+                .unwrap_or_else(|| panic!("{policy}: W never granted"));
+            assert!(
+                at >= earliest_end,
+                "{policy}: W granted {:?} before A's lease could end",
+                earliest_end - at
+            );
+            assert!(tw > ta, "{policy}: tokens {ta} then {tw}");
+            let info = lock_info(&mut c, "k");
+            assert_eq!(info.owners(), ["W"], "{policy}: one holder: {info:?}");
+            assert_eq!(unlock(&mut c, "k", "W"), 1);
+            tw
+        }
+        None => ta,
+    };
     let (reply, at) = b.wait(Duration::from_secs(15));
     let tb = reply
         .unwrap_or_else(|e| panic!("{policy}: B: {e}"))
@@ -137,11 +182,16 @@ fn eviction_case(policy: &str) {
     assert_eq!(info.owners(), ["B"], "{policy}: one holder: {info:?}");
     assert_eq!(info.holders[0].token, tb);
     assert_eq!(unlock(&mut c, "k", "B"), 1);
-    until(Duration::from_secs(2), "k gone", || exists(&mut c, "k") == 0);
+    until(Duration::from_secs(2), "k gone", || {
+        exists(&mut c, "k") == 0
+    });
 
     // What the operator sees.
     if k_evicted {
-        assert!(lease_evictions >= 1, "{policy}: lease_evictions {lease_evictions}");
+        assert!(
+            lease_evictions >= 1,
+            "{policy}: lease_evictions {lease_evictions}"
+        );
         assert!(
             s.log().contains("maxmemory evicted 'k'"),
             "{policy}: no warning in the log:\n{}",
@@ -154,42 +204,62 @@ fn eviction_case(policy: &str) {
 
 #[test]
 fn eviction_noeviction() {
-    eviction_case("noeviction");
+    eviction_case("noeviction", false);
 }
 
 #[test]
 fn eviction_allkeys_lru() {
-    eviction_case("allkeys-lru");
+    eviction_case("allkeys-lru", false);
 }
 
 #[test]
 fn eviction_allkeys_lfu() {
-    eviction_case("allkeys-lfu");
+    eviction_case("allkeys-lfu", false);
 }
 
 #[test]
 fn eviction_allkeys_random() {
-    eviction_case("allkeys-random");
+    eviction_case("allkeys-random", false);
 }
 
 #[test]
 fn eviction_volatile_lru() {
-    eviction_case("volatile-lru");
+    eviction_case("volatile-lru", false);
 }
 
 #[test]
 fn eviction_volatile_lfu() {
-    eviction_case("volatile-lfu");
+    eviction_case("volatile-lfu", false);
 }
 
 #[test]
 fn eviction_volatile_random() {
-    eviction_case("volatile-random");
+    eviction_case("volatile-random", false);
 }
 
 #[test]
 fn eviction_volatile_ttl() {
-    eviction_case("volatile-ttl");
+    eviction_case("volatile-ttl", false);
+}
+
+#[test]
+fn eviction_with_a_waiter_allkeys_lru() {
+    eviction_case("allkeys-lru", true);
+}
+
+#[test]
+fn eviction_with_a_waiter_allkeys_lfu() {
+    eviction_case("allkeys-lfu", true);
+}
+
+#[test]
+fn eviction_with_a_waiter_allkeys_random() {
+    eviction_case("allkeys-random", true);
+}
+
+#[test]
+fn eviction_with_a_waiter_volatile_ttl() {
+    eviction_case("volatile-ttl", true);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -210,8 +280,9 @@ fn settled_memory(c: &mut Connection) -> i64 {
     last
 }
 
-/// `n` held keys created and deleted with DEL, on a connection of their own.
-fn create_and_delete(s: &Server, n: usize) {
+/// `n` held keys created and deleted (`how`: DEL, UNLINK or FLUSHALL), on a connection of
+/// their own.
+fn create_and_delete(s: &Server, n: usize, how: &str) {
     let mut c = conn(s);
     let names: Vec<String> = (0..n).map(|i| format!("m:{i}")).collect();
     for chunk in names.chunks(1000) {
@@ -223,12 +294,15 @@ fn create_and_delete(s: &Server, n: usize) {
         assert!(t.iter().all(Option::is_some));
     }
     assert_eq!(info_int(&mut c, "lease", "lease_keys"), n as i64);
-    for chunk in names.chunks(1000) {
+    if how == "FLUSHALL" {
+        assert_eq!(text(&r!(c, "FLUSHALL")), "OK");
+    }
+    for chunk in names.chunks(1000).filter(|_| how != "FLUSHALL") {
         let mut p = redis::pipe();
         for k in chunk {
-            p.cmd("DEL").arg(k);
+            p.cmd(how).arg(k);
         }
-        let d: Vec<i64> = p.query(&mut c).expect("pipelined DELs");
+        let d: Vec<i64> = p.query(&mut c).expect("pipelined deletes");
         assert!(d.iter().all(|&x| x == 1));
     }
     assert_eq!(dbsize(&mut c), 0);
@@ -240,16 +314,16 @@ fn deleting_held_keys_gives_their_memory_back() {
     let mut c = conn(&s);
     let n = 100_000;
     // One round first: the server's and the module's tables reach their size.
-    create_and_delete(&s, n);
+    create_and_delete(&s, n, "DEL");
     let base = settled_memory(&mut c);
-    for _ in 0..3 {
-        create_and_delete(&s, n);
+    for how in ["DEL", "UNLINK", "FLUSHALL"] {
+        create_and_delete(&s, n, how);
     }
     let wakeups = info_int(&mut c, "lease", "lease_scheduled_wakeups");
     let after = settled_memory(&mut c);
     let growth = after - base;
     println!(
-        "memory after 3 x {n} held keys deleted ({}): base {base} B, after {after} B, growth \
+        "memory after 3 x {n} held keys deleted by DEL, UNLINK, FLUSHALL ({}): base {base} B, after {after} B, growth \
          {growth} B, lease_scheduled_wakeups {wakeups}",
         server_binary()
     );
@@ -282,7 +356,11 @@ fn parked_waiter_memory() {
     // Answer them all at once, leaving no holder whose memory would count.
     assert_eq!(text(&r!(c, "FLUSHALL")), "OK");
     let lines = crowd.first_lines(Duration::from_secs(10));
-    assert!(lines.iter().all(|l| l.starts_with("-LOCKGONE")), "{:?}", &lines[..3]);
+    assert!(
+        lines.iter().all(|l| l.starts_with("-LOCKGONE")),
+        "{:?}",
+        &lines[..3]
+    );
     assert_eq!(info_int(&mut c, "lease", "lease_waiters"), 0);
     let answered = settled_memory(&mut c);
     crowd.close();

@@ -38,15 +38,29 @@ fn short_hold(c: &mut Connection, key: &str, owner: &str, ttl: u64) -> (i64, Ins
 
 /// The waiter's reply: a token, given no earlier than `sent + ttl` (the lease's earliest end)
 /// and no later than `replied + ttl + LAPSE_SLACK`.
-fn served_at_lapse(p: Pending, sent: Instant, replied: Instant, ttl: u64, what: &str) -> (i64, Instant) {
+fn served_at_lapse(
+    p: Pending,
+    sent: Instant,
+    replied: Instant,
+    ttl: u64,
+    what: &str,
+) -> (i64, Instant) {
     let (reply, at) = p.wait(Duration::from_secs(10));
     let t = reply
         .unwrap_or_else(|e| panic!("{what}: error {e}"))
         .unwrap_or_else(|| panic!("{what}: nil (never handed the lock at the lapse)"));
     let ttl = Duration::from_millis(ttl);
-    assert!(at >= sent + ttl, "{what}: served {:?} before the lease could end", sent + ttl - at);
+    assert!(
+        at >= sent + ttl,
+        "{what}: served {:?} before the lease could end",
+        sent + ttl - at
+    );
     let late = at.saturating_duration_since(replied + ttl);
-    assert!(late <= LAPSE_SLACK, "{what}: served {late:?} after the lapse");
+    println!("{what}: served at most {late:?} after the lapse");
+    assert!(
+        late <= LAPSE_SLACK,
+        "{what}: served {late:?} after the lapse"
+    );
     (t, at)
 }
 
@@ -108,13 +122,21 @@ fn swapdb_waiter_is_served_at_the_lapse_and_the_key_goes_with_its_unlock() {
     await_waiters(&mut c0, "k", 1);
     swapdb(&mut c0);
     assert_eq!((exists(&mut c0, "k"), exists(&mut c1, "k")), (0, 1));
-    assert_eq!(lock_info(&mut c1, "k").waiters, 1, "the waiter follows its key");
+    assert_eq!(
+        lock_info(&mut c1, "k").waiters,
+        1,
+        "the waiter follows its key"
+    );
     let (tb, _) = served_at_lapse(b, sent, replied, SHORT, "B after SWAPDB");
     assert!(tb > ta);
     let info = lock_info(&mut c1, "k");
     assert_eq!(info.owners(), ["B"], "{info:?}");
     assert_eq!(info.holders[0].token, tb);
-    assert_eq!(int(&r!(c1, "PTTL", "k")), -1, "lock keys carry no Redis TTL");
+    assert_eq!(
+        int(&r!(c1, "PTTL", "k")),
+        -1,
+        "lock keys carry no Redis TTL"
+    );
     assert_eq!(unlock(&mut c1, "k", "B"), 1);
     assert_nothing_left(&s, "after B's unlock");
 }
@@ -125,11 +147,19 @@ fn swapdb_keeps_lapses_and_hand_offs_going_until_nothing_is_left() {
     let s = Server::start();
     let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
     let (ta, sent, replied) = short_hold(&mut c0, "k", "A", SHORT);
-    let b = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "B", &ttl_s(SHORT), "WAIT", "3000"]);
+    let b = send_timed(
+        &s,
+        0,
+        &["RWLOCK.WLOCK", "k", "B", &ttl_s(SHORT), "WAIT", "3000"],
+    );
     await_waiters(&mut c0, "k", 1);
     swapdb(&mut c0);
     // A fresh waiter on the moved key, behind B.
-    let c = send_timed(&s, 1, &["RWLOCK.WLOCK", "k", "C", &ttl_s(SHORT), "WAIT", "3000"]);
+    let c = send_timed(
+        &s,
+        1,
+        &["RWLOCK.WLOCK", "k", "C", &ttl_s(SHORT), "WAIT", "3000"],
+    );
     await_waiters(&mut c1, "k", 2);
     let (tb, at_b) = served_at_lapse(b, sent, replied, SHORT, "B at A's lapse");
     // B's lease starts when it is granted, before its reply arrives.
@@ -147,7 +177,11 @@ fn swapdb_moved_key_serves_a_fresh_waiter_at_its_holders_lapse() {
     let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
     let (_, sent, replied) = short_hold(&mut c0, "k", "A", SHORT);
     swapdb(&mut c0);
-    let w = send_timed(&s, 1, &["RWLOCK.WLOCK", "k", "W", &ttl_s(SHORT), "WAIT", "3000"]);
+    let w = send_timed(
+        &s,
+        1,
+        &["RWLOCK.WLOCK", "k", "W", &ttl_s(SHORT), "WAIT", "3000"],
+    );
     await_waiters(&mut c1, "k", 1);
     served_at_lapse(w, sent, replied, SHORT, "W on the moved key");
     // And the same key swapped back: its next holder lapses on time in db 0 again.
@@ -155,6 +189,31 @@ fn swapdb_moved_key_serves_a_fresh_waiter_at_its_holders_lapse() {
     assert_eq!(lock_info(&mut c0, "k").owners(), ["W"]);
     sleep_until(now_ms() + SHORT as i64, 0);
     assert_nothing_left(&s, "after W's lapse in db 0");
+}
+
+#[test]
+fn swapdb_exchanges_two_held_keys_of_one_name_with_their_waiters() {
+    let _g = serial();
+    let s = Server::start();
+    let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
+    // k in db 0 lapses first, k in db 1 later; each has its own waiter.
+    let (t0, sent0, replied0) = short_hold(&mut c0, "k", "A0", SHORT);
+    let (t1, sent1, replied1) = short_hold(&mut c1, "k", "A1", 2 * SHORT);
+    let w0 = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "W0", "5000", "WAIT", "3000"]);
+    let w1 = send_timed(&s, 1, &["RWLOCK.WLOCK", "k", "W1", "5000", "WAIT", "3000"]);
+    await_waiters(&mut c0, "k", 1);
+    await_waiters(&mut c1, "k", 1);
+    swapdb(&mut c0);
+    assert_eq!(lock_info(&mut c0, "k").owners(), ["A1"]);
+    assert_eq!(lock_info(&mut c1, "k").owners(), ["A0"]);
+    let (tw0, _) = served_at_lapse(w0, sent0, replied0, SHORT, "W0 (its key now in db 1)");
+    let (tw1, _) = served_at_lapse(w1, sent1, replied1, 2 * SHORT, "W1 (its key now in db 0)");
+    assert!(tw0 > t0 && tw1 > t1);
+    assert_eq!(lock_info(&mut c1, "k").owners(), ["W0"]);
+    assert_eq!(lock_info(&mut c0, "k").owners(), ["W1"]);
+    assert_eq!(unlock(&mut c1, "k", "W0"), 1);
+    assert_eq!(unlock(&mut c0, "k", "W1"), 1);
+    assert_nothing_left(&s, "after both unlocks");
 }
 
 #[test]
@@ -170,7 +229,11 @@ fn swapdb_flushdb_of_the_keys_new_db_answers_lockgone_and_of_its_old_db_does_not
     assert_eq!(text(&r!(c0, "FLUSHDB")), "OK");
     b.assert_waiting_for(Duration::from_millis(300), "FLUSHDB of the old db");
     let info = lock_info(&mut c1, "k");
-    assert_eq!((info.owners(), info.waiters), (vec!["A".to_string()], 1), "{info:?}");
+    assert_eq!(
+        (info.owners(), info.waiters),
+        (vec!["A".to_string()], 1),
+        "{info:?}"
+    );
     assert_eq!(info_int(&mut c0, "lease", "lease_waiters_lockgone"), 0);
     // db 1 holds it now: flushing it answers the waiter.
     assert_eq!(text(&r!(c1, "FLUSHDB")), "OK");
@@ -237,7 +300,10 @@ fn hold_many(c: &mut Connection, prefix: &str, n: usize) -> Vec<String> {
         p.cmd("RWLOCK.WLOCK").arg(k).arg("o").arg(LONG);
     }
     let tokens: Vec<Option<i64>> = p.query(c).expect("pipelined WLOCKs");
-    assert!(tokens.iter().all(Option::is_some), "{prefix}: not all granted");
+    assert!(
+        tokens.iter().all(Option::is_some),
+        "{prefix}: not all granted"
+    );
     // (Checked where the field exists: `assert_index_empty` requires it, after the wake-ups.)
     if let Some(before) = before {
         let after: i64 = indexed(c).expect("lease_indexed_keys").parse().unwrap();
@@ -283,6 +349,9 @@ fn held_keys_deleted_by_any_route_leave_no_index_entries() {
         "RENAME a lock over",
         "COPY REPLACE over",
         "SET over",
+        "SUNIONSTORE over",
+        "MOVE then DEL in the other db",
+        "PEXPIRE in the past",
         "RESTORE REPLACE a string over",
         "PEXPIRE then lazy expiry",
         "PEXPIRE then active expiry",
@@ -294,7 +363,14 @@ fn held_keys_deleted_by_any_route_leave_no_index_entries() {
         let w = send_timed(
             &s,
             0,
-            &["RWLOCK.WLOCK", keys[0].as_str(), "w", "1000", "WAIT", "20000"],
+            &[
+                "RWLOCK.WLOCK",
+                keys[0].as_str(),
+                "w",
+                "1000",
+                "WAIT",
+                "20000",
+            ],
         );
         await_waiters(&mut c, &keys[0], 1);
         match route {
@@ -340,6 +416,25 @@ fn held_keys_deleted_by_any_route_leave_no_index_entries() {
                     run(&mut c, &["SET", k, "v"]);
                 }
             }
+            "SUNIONSTORE over" => {
+                run(&mut c, &["SADD", "set", "m"]);
+                for k in &keys {
+                    run(&mut c, &["SUNIONSTORE", k, "set"]);
+                }
+            }
+            "MOVE then DEL in the other db" => {
+                for k in &keys {
+                    assert_eq!(int(&run(&mut c, &["MOVE", k, "1"])), 1);
+                }
+                let mut c1 = conn_db(&s, 1);
+                assert_eq!(info_int(&mut c1, "lease", "lease_indexed_keys"), n as i64);
+                run(&mut c1, &with_keys(&["DEL"], &keys));
+            }
+            "PEXPIRE in the past" => {
+                for k in &keys {
+                    run(&mut c, &["PEXPIRE", k, "0"]);
+                }
+            }
             "RESTORE REPLACE a string over" => {
                 run(&mut c, &["SET", "src", "v"]);
                 let payload = match r!(c, "DUMP", "src") {
@@ -370,7 +465,10 @@ fn held_keys_deleted_by_any_route_leave_no_index_entries() {
                 let port = other.port.to_string();
                 let v = run(
                     &mut c,
-                    &with_keys(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"], &keys),
+                    &with_keys(
+                        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"],
+                        &keys,
+                    ),
                 );
                 assert_eq!(text(&v), "OK");
                 let mut o = conn(&other);
@@ -386,7 +484,7 @@ fn held_keys_deleted_by_any_route_leave_no_index_entries() {
         assert!(gone.contains("LOCKGONE"), "{route}: the waiter got {gone}");
         for k in &keys {
             let t = text(&r!(c, "TYPE", k));
-            assert!(t == "none" || t == "string", "{route}: {k} is still a {t}");
+            assert!(!t.starts_with("lease"), "{route}: {k} is still a {t}");
         }
         // Before any cleanup: a FLUSHALL could drop entries the route left behind.
         assert_index_empty(&mut c, route);
@@ -442,13 +540,19 @@ fn wait_timeouts_answer_nil_at_their_deadline() {
             percentile(&mut late, 90.0),
             percentile(&mut late, 100.0),
         );
-        report.push(format!("WAIT {ms}: late p50 {p50:.1} p90 {p90:.1} max {max:.1} ms"));
+        report.push(format!(
+            "WAIT {ms}: late p50 {p50:.1} p90 {p90:.1} max {max:.1} ms"
+        ));
         assert!(
             p50 < 15.0 && p90 < 30.0,
             "WAIT {ms}: answered late: p50 {p50:.1} ms p90 {p90:.1} ms max {max:.1} ms"
         );
     }
-    println!("wait timeout lateness ({}): {}", server_binary(), report.join("; "));
+    println!(
+        "wait timeout lateness ({}): {}",
+        server_binary(),
+        report.join("; ")
+    );
     assert_eq!(lock_info(&mut c, "k").waiters, 0);
     assert_eq!(info_int(&mut c, "lease", "lease_wait_timeouts"), 80);
 }
@@ -495,7 +599,11 @@ fn upgrade_cost(c: &mut Connection, owner: &str, n: usize) -> (f64, f64) {
         assert!(is_nil(&v), "upgrade of {owner}: {v:?}");
     }
     let st = command_stats(c, "rwlock.wlock");
-    assert_eq!(st.get("calls").copied(), Some(n as f64), "commandstats: {st:?}");
+    assert_eq!(
+        st.get("calls").copied(),
+        Some(n as f64),
+        "commandstats: {st:?}"
+    );
     (st["usec_per_call"], percentile(&mut rtt, 50.0))
 }
 
@@ -548,8 +656,95 @@ fn an_upgrade_request_costs_the_same_behind_12000_waiters() {
     await_waiters(&mut c, "k", waiters as i64 + 1);
     assert_eq!(unlock(&mut c, "k", "r1"), 1);
     let (t, _) = up.wait(Duration::from_secs(10));
-    assert!(t.expect("upgrade").is_some(), "the upgrade is granted first");
+    assert!(
+        t.expect("upgrade").is_some(),
+        "the upgrade is granted first"
+    );
     crowd.close();
+}
+
+/// The bookkeeping behind that cost must still see every waiting upgrade: a write request
+/// queued before its owner became a reader counts as one (a second reader's upgrade with
+/// WAIT is a DEADLOCK), and one whose owner stopped reading does not.
+#[test]
+fn a_write_request_queued_before_its_owner_read_counts_as_a_waiting_upgrade() {
+    let _g = serial();
+    let s = Server::start();
+    let mut c = conn(&s);
+    wlock(&mut c, "k", "W", LONG).unwrap();
+    let parked = |args: &[&str], n: i64, c: &mut Connection| {
+        let p = send_timed(&s, 0, args);
+        await_waiters(c, "k", n);
+        p
+    };
+    let xr = parked(&["RWLOCK.RLOCK", "k", "x", "60000", "WAIT", "0"], 1, &mut c);
+    let yr = parked(&["RWLOCK.RLOCK", "k", "y", "60000", "WAIT", "0"], 2, &mut c);
+    let mut w0 = parked(
+        &["RWLOCK.WLOCK", "k", "w0", "60000", "WAIT", "0"],
+        3,
+        &mut c,
+    );
+    let mut xw = parked(&["RWLOCK.WLOCK", "k", "x", "60000", "WAIT", "0"], 4, &mut c);
+    // W leaves: the run of readers at the head (x, y) is granted; w0 and x's write wait.
+    assert_eq!(unlock(&mut c, "k", "W"), 1);
+    for (p, who) in [(xr, "x"), (yr, "y")] {
+        let (r, _) = p.wait(Duration::from_secs(2));
+        assert!(r.unwrap().is_some(), "{who}'s read");
+    }
+    assert_eq!(lock_info(&mut c, "k").owners(), ["x", "y"]);
+    let v = r!(c, "RWLOCK.WLOCK", "k", "y", LONG, "WAIT", 5000);
+    assert!(
+        is_err(&v) && err(&v).starts_with("DEADLOCK"),
+        "y's upgrade while x's write request waits: {v:?}"
+    );
+    w0.assert_waiting_for(Duration::from_millis(0), "x and y read");
+    xw.assert_waiting_for(Duration::from_millis(0), "y reads");
+    drop((w0, xw));
+}
+
+/// x stops reading by UNLOCK, or (`by_lapse`) its read lease lapses.
+fn queued_write_of_a_former_reader(by_lapse: bool) {
+    let _g = serial();
+    let s = Server::start();
+    let mut c = conn(&s);
+    rlock(&mut c, "k", "x", if by_lapse { SHORT } else { LONG }).unwrap();
+    for o in ["y", "z"] {
+        rlock(&mut c, "k", o, LONG).unwrap();
+    }
+    // x waits to upgrade on two connections: the second is an ordinary queued write request.
+    let mut x1 = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "x", "60000", "WAIT", "0"]);
+    await_waiters(&mut c, "k", 1);
+    let mut x2 = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "x", "60000", "WAIT", "0"]);
+    await_waiters(&mut c, "k", 2);
+    // x stops reading: its write requests are no upgrades any more.
+    if by_lapse {
+        until(Duration::from_secs(2), "x's read lapses", || {
+            info_int(&mut c, "lease", "lease_lapses") == 1
+        });
+    } else {
+        assert_eq!(unlock(&mut c, "k", "x"), 1);
+    }
+    assert_eq!(lock_info(&mut c, "k").owners(), ["y", "z"]);
+    let mut y = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "y", "60000", "WAIT", "5000"]);
+    y.assert_waiting_for(Duration::from_millis(200), "y's upgrade is the only one");
+    // z leaves: y, the sole reader, upgrades ahead of x's requests.
+    assert_eq!(unlock(&mut c, "k", "z"), 1);
+    let (r, _) = y.wait(Duration::from_secs(2));
+    assert!(r.expect("y's upgrade").is_some(), "y upgraded");
+    x1.assert_waiting_for(Duration::from_millis(0), "y writes");
+    x2.assert_waiting_for(Duration::from_millis(0), "y writes");
+    let info = lock_info(&mut c, "k");
+    assert_eq!(info.mode, "write", "{info:?}");
+}
+
+#[test]
+fn a_queued_write_request_whose_owner_unlocked_is_no_waiting_upgrade() {
+    queued_write_of_a_former_reader(false);
+}
+
+#[test]
+fn a_queued_write_request_whose_owners_read_lapsed_is_no_waiting_upgrade() {
+    queued_write_of_a_former_reader(true);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -565,7 +760,10 @@ fn a_restore_payload_with_a_huge_token_is_refused_and_grants_go_on() {
         Value::BulkString(b) => b,
         other => panic!("DUMP k: {other:?}"),
     };
-    assert!(checksum_ok(&payload), "our CRC-64 agrees with Redis's on a real DUMP");
+    assert!(
+        checksum_ok(&payload),
+        "our CRC-64 agrees with Redis's on a real DUMP"
+    );
     // The token is stored twice: the key's last token and the holder's.
     let at = u64_fields(&payload, t as u64);
     assert_eq!(at.len(), 2, "token {t} in {payload:02x?}");
@@ -580,16 +778,44 @@ fn a_restore_payload_with_a_huge_token_is_refused_and_grants_go_on() {
         assert!(is_err(&v), "RESTORE with token 2^63-1 at {fields:?}: {v:?}");
         assert_eq!(exists(&mut c, "crafted"), 0);
         let v = r!(c, "RESTORE", "k", 0, crafted.as_slice(), "REPLACE");
-        assert!(is_err(&v), "RESTORE REPLACE with token 2^63-1 at {fields:?}: {v:?}");
-        assert_eq!(lock_info(&mut c, "k").holder("A", "write").unwrap().token, t);
+        assert!(
+            is_err(&v),
+            "RESTORE REPLACE with token 2^63-1 at {fields:?}: {v:?}"
+        );
+        assert_eq!(
+            lock_info(&mut c, "k").holder("A", "write").unwrap().token,
+            t
+        );
     }
     assert_eq!(
         info_int(&mut c, "lease", "lease_token_high_water"),
         high_water,
         "a refused RESTORE changes nothing"
     );
+    // Elections and semaphores alike; and the bound is 2^62, not only 2^63-1.
+    let term = token(&r!(c, "LEADER.CAMPAIGN", "e", "L", LONG));
+    let st = token(&r!(c, "SEMAPHORE.ACQUIRE", "sem", "S", 2, LONG));
+    for (key, t) in [("e", term), ("sem", st), ("k", t)] {
+        let payload = match r!(c, "DUMP", key) {
+            Value::BulkString(b) => b,
+            other => panic!("DUMP {key}: {other:?}"),
+        };
+        let at = u64_fields(&payload, t as u64);
+        assert!(!at.is_empty(), "{key}: token {t} in {payload:02x?}");
+        for huge in [(1u64 << 62) + 1, i64::MAX as u64] {
+            let crafted = patch_u64(&payload, &at, huge);
+            let v = r!(c, "RESTORE", "crafted", 0, crafted.as_slice());
+            assert!(is_err(&v), "RESTORE of {key} with token {huge}: {v:?}");
+            assert_eq!(exists(&mut c, "crafted"), 0);
+        }
+    }
+    assert_eq!(
+        info_int(&mut c, "lease", "lease_token_high_water"),
+        high_water.max(st),
+        "a refused RESTORE changes nothing"
+    );
     let t2 = wlock(&mut c, "fresh", "B", LONG).expect("grants go on");
-    assert!(t2 > t && t2 < 1 << 62, "token {t2}");
+    assert!(t2 > st && t2 < 1 << 62, "token {t2}");
     assert_eq!(unlock(&mut c, "k", "A"), 1);
     assert!(wlock(&mut c, "k", "C", LONG).unwrap() > t2);
 }
@@ -609,6 +835,23 @@ fn aof_rewrite_without_preamble_keeps_the_keys_last_token() {
     let before = lock_info(&mut c, "k");
     assert_eq!((before.token, before.max_token()), (tb, tb));
     assert!(ta < tb);
+    // More holders than one rewrite command carries (64), the last one gone.
+    for i in 0..150 {
+        rlock(&mut c, "many", &format!("r{i}"), LONG).unwrap();
+    }
+    assert_eq!(unlock(&mut c, "many", "r149"), 1);
+    let many = lock_info(&mut c, "many");
+    assert_eq!(many.holders.len(), 149);
+    assert!(many.token > many.holders.iter().map(|h| h.token).max().unwrap());
+    // A semaphore the same way.
+    let sem = |c: &mut Connection, o: &str| token(&r!(c, "SEMAPHORE.ACQUIRE", "sem", o, 3, LONG));
+    let sa = sem(&mut c, "a");
+    let sb = sem(&mut c, "b");
+    assert_eq!(int(&r!(c, "SEMAPHORE.RELEASE", "sem", "b")), 1);
+    let sem_token =
+        |c: &mut Connection| int(field(&pairs(&r!(c, "SEMAPHORE.INFO", "sem")), "token"));
+    assert_eq!(sem_token(&mut c), sb);
+    assert!(sa < sb);
     wait_persistence_idle(&mut c);
     let v = r!(c, "BGREWRITEAOF");
     assert!(!is_err(&v), "BGREWRITEAOF: {v:?}");
@@ -620,8 +863,20 @@ fn aof_rewrite_without_preamble_keeps_the_keys_last_token() {
     s.restart(None);
     let mut c = conn(&s);
     let after = lock_info(&mut c, "k");
-    assert_same_lock("BGREWRITEAOF (no preamble) + restart", &before, &after, true);
+    assert_same_lock(
+        "BGREWRITEAOF (no preamble) + restart",
+        &before,
+        &after,
+        true,
+    );
     assert_eq!(after.token, tb, "the key's last token is b's");
+    assert_same_lock(
+        "a key of 149 holders",
+        &many,
+        &lock_info(&mut c, "many"),
+        true,
+    );
+    assert_eq!(sem_token(&mut c), sb, "the semaphore's last token is b's");
     assert!(wlock(&mut c, "other", "x", LONG).unwrap() > tb);
 }
 
@@ -633,13 +888,32 @@ fn debug_reload_keeps_waiters_of_surviving_keys_waiting_and_flushall_answers_loc
     let ta = wlock(&mut c, "k", "A", LONG).unwrap();
     let mut b = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "B", "5000", "WAIT", "20000"]);
     await_waiters(&mut c, "k", 1);
+    // And one in db 1, with a waiter.
+    let mut c1 = conn_db(&s, 1);
+    wlock(&mut c1, "k1", "A1", LONG).unwrap();
+    let mut b1 = send_timed(
+        &s,
+        1,
+        &["RWLOCK.WLOCK", "k1", "B1", "5000", "WAIT", "20000"],
+    );
+    await_waiters(&mut c1, "k1", 1);
     assert_eq!(text(&r!(c, "DEBUG", "RELOAD")), "OK");
     b.assert_waiting_for(Duration::from_millis(300), "DEBUG RELOAD kept k");
+    b1.assert_waiting_for(Duration::from_millis(0), "DEBUG RELOAD kept k1");
     assert_eq!(lock_info(&mut c, "k").waiters, 1, "B still waits on k");
+    assert_eq!(lock_info(&mut c1, "k1").waiters, 1, "B1 still waits on k1");
+    assert_eq!(unlock(&mut c1, "k1", "A1"), 1);
+    let (reply, _) = b1.wait(Duration::from_secs(2));
+    assert!(
+        reply.expect("B1's grant").is_some(),
+        "B1 granted after A1's unlock"
+    );
     assert_eq!(info_int(&mut c, "lease", "lease_waiters_lockgone"), 0);
     assert_eq!(unlock(&mut c, "k", "A"), 1);
     let (reply, _) = b.wait(Duration::from_secs(2));
-    let tb = reply.expect("B's grant").expect("B granted after A's unlock");
+    let tb = reply
+        .expect("B's grant")
+        .expect("B granted after A's unlock");
     assert!(tb > ta);
     assert_eq!(lock_info(&mut c, "k").owners(), ["B"]);
 

@@ -52,7 +52,10 @@ pub fn u64_fields(payload: &[u8], v: u64) -> Vec<usize> {
 
 /// `payload` with the 64-bit fields at `offsets` (from `u64_fields`) set to `to`, resealed.
 pub fn patch_u64(payload: &[u8], offsets: &[usize], to: u64) -> Vec<u8> {
-    assert!(to >= 1 << 32, "the 64-bit encoding needs a value >= 2^32: {to}");
+    assert!(
+        to >= 1 << 32,
+        "the 64-bit encoding needs a value >= 2^32: {to}"
+    );
     let mut body = payload[..payload.len() - 8].to_vec();
     for &at in offsets {
         body[at + 2..at + 10].copy_from_slice(&to.to_be_bytes());

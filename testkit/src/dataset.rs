@@ -62,10 +62,7 @@ pub fn converge(a: &Server, b: &Server, limit: Duration, what: &str) -> Dataset 
     let mut seen = Dataset::new();
     let same = eventually(limit, || {
         let (x, y) = (dataset(&mut ca), dataset(&mut cb));
-        let (nx, ny) = (
-            crate::cmd::dbsize(&mut ca),
-            crate::cmd::dbsize(&mut cb),
-        );
+        let (nx, ny) = (crate::cmd::dbsize(&mut ca), crate::cmd::dbsize(&mut cb));
         match dataset_diff(&x, &y) {
             Some(d) => last = d,
             None if nx != ny => last = format!("DBSIZE {nx} vs {ny}"),
@@ -96,7 +93,9 @@ mod tests {
         let a: Dataset = [("k".to_string(), "x".to_string())].into();
         let b: Dataset = [("k".to_string(), "y".to_string())].into();
         assert!(dataset_diff(&a, &b).unwrap().starts_with("k: x vs y"));
-        assert!(dataset_diff(&a, &Dataset::new()).unwrap().starts_with("keys"));
+        assert!(dataset_diff(&a, &Dataset::new())
+            .unwrap()
+            .starts_with("keys"));
         assert_eq!(dataset_diff(&a, &a.clone()), None);
     }
 }

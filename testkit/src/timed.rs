@@ -35,14 +35,20 @@ pub fn send_timed_on(mut c: Connection, args: &[&str]) -> Pending {
         for a in &args[1..] {
             cmd.arg(a);
         }
-        let reply = cmd.query::<Option<i64>>(&mut c).map_err(|e| match e.code() {
-            // The server's own words: "LOCKGONE ...", "READONLY ...", "UNBLOCKED ...".
-            Some(code) => format!("{code} {}", e.detail().unwrap_or_default()),
-            None => e.to_string(),
-        });
+        let reply = cmd
+            .query::<Option<i64>>(&mut c)
+            .map_err(|e| match e.code() {
+                // The server's own words: "LOCKGONE ...", "READONLY ...", "UNBLOCKED ...".
+                Some(code) => format!("{code} {}", e.detail().unwrap_or_default()),
+                None => e.to_string(),
+            });
         let _ = tx.send((reply, Instant::now()));
     });
-    Pending { what, rx, got: None }
+    Pending {
+        what,
+        rx,
+        got: None,
+    }
 }
 
 impl Pending {
@@ -78,7 +84,10 @@ impl Pending {
             }
         }
         if let Some((r, _)) = &self.got {
-            panic!("`{}` was answered {r:?} ({why}): it should still wait", self.what);
+            panic!(
+                "`{}` was answered {r:?} ({why}): it should still wait",
+                self.what
+            );
         }
     }
 }

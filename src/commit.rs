@@ -23,8 +23,10 @@ use crate::{holdback, schedule, state, text, waiters};
 #[derive(Clone, Copy)]
 pub enum Origin<'a> {
     /// This server (a master): it replicates and counts them. `owner` is the request's own
-    /// owner argument, which replication reuses.
-    Here { owner: Option<RStr<'a>> },
+    /// owner argument, which replication reuses. `own`: the command is its own effect when
+    /// that effect is all it did (an UNLOCK, RESIGN or RELEASE that handed nothing on), so it
+    /// is replicated as it came (replicas apply it as that one effect, see `replay_own`).
+    Here { owner: Option<RStr<'a>>, own: bool },
     /// A master or the AOF (LEASE.APPLY): applied as they came.
     Replayed,
 }
@@ -148,6 +150,20 @@ fn log_lapses(ctx: &Ctx, key: RStr, effects: &[Effect]) {
     }
 }
 
+/// The changes are one give-back and nothing else: no lapse found on the way, nobody served.
+fn is_own_effect(changes: &Changes) -> bool {
+    changes.woken.is_empty()
+        && changes.timed_out.is_empty()
+        && matches!(
+            changes.effects.as_slice(),
+            [Effect::Release { .. }]
+                | [Effect::Drop {
+                    reason: DropReason::Resign,
+                    ..
+                }]
+        )
+}
+
 /// Makes Redis agree with `changes`, made on the value in `key`. `holders_before`: the
 /// value's holder count before the operation (for the INFO gauge).
 pub fn commit<K: Keyed>(mut key: Key, holders_before: usize, changes: Changes, origin: Origin)
@@ -163,8 +179,12 @@ where
     let lock = v.core.lock();
     state::count_holders(lock.holder_count() as i64 - holders_before as i64);
     if !changes.effects.is_empty() {
-        if let Origin::Here { owner } = origin {
-            replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
+        if let Origin::Here { owner, own } = origin {
+            if own && is_own_effect(&changes) {
+                replicate::verbatim(ctx);
+            } else {
+                replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
+            }
             count(K::KIND, &changes.effects);
             log_lapses(ctx, name, &changes.effects);
         }

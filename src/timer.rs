@@ -85,7 +85,15 @@ impl Visitor for Tick {
             Some(id) => (core.cancel(id, env).0, ()),
             None => (core.tick(env), ()),
         });
-        commit::<K>(key, before, changes, Origin::Here { owner: None });
+        commit::<K>(
+            key,
+            before,
+            changes,
+            Origin::Here {
+                owner: None,
+                own: false,
+            },
+        );
     }
 }
 

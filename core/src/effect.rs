@@ -1,3 +1,4 @@
+use crate::id::Id;
 use crate::{Mode, Ms};
 
 /// Why a holder was removed as a whole.
@@ -16,14 +17,14 @@ pub enum Effect {
     /// `owner` gains one hold of `mode`; its lease now ends at `deadline` and its token is
     /// `token` (the same token for a reentrant grant, a new one otherwise).
     Grant {
-        owner: Box<[u8]>,
+        owner: Id,
         mode: Mode,
         deadline: Ms,
         token: u64,
     },
     /// A semaphore's `owner` now holds `permits` until `deadline`, with `token`.
     Take {
-        owner: Box<[u8]>,
+        owner: Id,
         permits: u32,
         deadline: Ms,
         token: u64,
@@ -32,14 +33,11 @@ pub enum Effect {
     Limit { limit: u32 },
     /// `owner` gives back one hold: its write hold first, else one read hold (a semaphore
     /// holder gives back all its permits).
-    Release { owner: Box<[u8]> },
+    Release { owner: Id },
     /// `owner` loses all its holds.
-    Drop {
-        owner: Box<[u8]>,
-        reason: DropReason,
-    },
+    Drop { owner: Id, reason: DropReason },
     /// `owner`'s lease now ends at `deadline`.
-    Renew { owner: Box<[u8]>, deadline: Ms },
+    Renew { owner: Id, deadline: Ms },
 }
 
 impl Effect {

@@ -385,3 +385,156 @@ fn parked_waiter_memory() {
         per(peak, connected)
     );
 }
+
+/// The master evicts a lock key with a live lease (allkeys-lru); the replica sees a DEL. Once
+/// promoted (the master died), it must not let a second holder in while A's lease could run.
+#[test]
+fn a_promoted_replica_holds_back_grants_on_a_key_its_master_evicted() {
+    let mut m = Server::with(
+        debug_opts()
+            .arg("maxmemory", "8mb")
+            .arg("maxmemory-policy", "allkeys-lru"),
+    );
+    let r = start_replica(&m);
+    sync(&m, &r);
+    let mut cm = conn(&m);
+    let sent = Instant::now();
+    wlock(&mut cm, "k", "A", LEASE).unwrap();
+    let earliest_end = sent + Duration::from_millis(LEASE);
+    fill(&mut cm, "allkeys-lru");
+    assert_eq!(exists(&mut cm, "k"), 0, "the master evicted k");
+    sync(&m, &r);
+    m.kill9();
+    let mut cr = conn(&r);
+    assert_eq!(text(&r!(cr, "REPLICAOF", "NO", "ONE")), "OK");
+    assert!(
+        Instant::now() + Duration::from_millis(200) < earliest_end,
+        "too slow to check during A's lease"
+    );
+    assert_eq!(
+        wlock(&mut cr, "k", "B", 1000),
+        None,
+        "B granted on the promoted replica during A's lease"
+    );
+    let b = send_timed(&r, 0, &["RWLOCK.WLOCK", "k", "B", "1000", "WAIT", "10000"]);
+    let (reply, at) = b.wait(Duration::from_secs(15));
+    assert!(reply.expect("B").is_some());
+    assert!(
+        at >= earliest_end,
+        "B granted {:?} before A's lease could end",
+        earliest_end - at
+    );
+}
+
+/// The record of an evicted live lease outlives a DEBUG RELOAD and a restart from the RDB.
+#[test]
+fn an_evicted_lease_still_holds_back_grants_after_reload_and_restart() {
+    let mut s = Server::with(
+        debug_opts()
+            .arg("maxmemory", "8mb")
+            .arg("maxmemory-policy", "allkeys-lru"),
+    );
+    let mut c = conn(&s);
+    let lease = 6000;
+    let sent = Instant::now();
+    wlock(&mut c, "k", "A", lease).unwrap();
+    let earliest_end = sent + Duration::from_millis(lease);
+    let (written, _) = fill(&mut c, "allkeys-lru");
+    assert_eq!(exists(&mut c, "k"), 0, "k evicted");
+    let names: Vec<String> = (0..written).map(|i| format!("cache:{i}")).collect();
+    for chunk in names.chunks(500) {
+        let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut c).unwrap();
+    }
+    assert_eq!(wlock(&mut c, "k", "B", 1000), None, "B during A's lease");
+    assert_eq!(text(&r!(c, "DEBUG", "RELOAD")), "OK");
+    assert_eq!(
+        wlock(&mut c, "k", "B", 1000),
+        None,
+        "B during A's lease, after DEBUG RELOAD"
+    );
+    s.shutdown(true);
+    s.restart(None);
+    let mut c = conn(&s);
+    assert!(Instant::now() + Duration::from_millis(200) < earliest_end);
+    assert_eq!(
+        wlock(&mut c, "k", "B", 1000),
+        None,
+        "B during A's lease, after a restart"
+    );
+}
+
+/// A waiter that leaves while held back in the lobby (its key was evicted) is never granted:
+/// at the end of the evicted lease the next waiter gets the lock, and nobody else holds it.
+#[test]
+fn a_waiter_that_leaves_the_lobby_is_never_granted() {
+    let s = Server::with(
+        Options::default()
+            .arg("maxmemory", "8mb")
+            .arg("maxmemory-policy", "allkeys-lru"),
+    );
+    let mut c = conn(&s);
+    let sent = Instant::now();
+    wlock(&mut c, "k", "A", LEASE).unwrap();
+    let earliest_end = sent + Duration::from_millis(LEASE);
+    let mut gone = Crowd::connect(s.port, 1);
+    gone.send_each(|_| {
+        ["RWLOCK.WLOCK", "k", "GONE", "60000", "WAIT", "0"]
+            .map(String::from)
+            .to_vec()
+    });
+    await_waiters(&mut c, "k", 1);
+    let v = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "V", "60000", "WAIT", "10000"]);
+    await_waiters(&mut c, "k", 2);
+    let (written, _) = fill(&mut c, "allkeys-lru");
+    assert_eq!(exists(&mut c, "k"), 0, "k evicted");
+    let names: Vec<String> = (0..written).map(|i| format!("cache:{i}")).collect();
+    for chunk in names.chunks(500) {
+        let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut c).unwrap();
+    }
+    assert_eq!(info_int(&mut c, "lease", "lease_lobby_waiters"), 2);
+    gone.close();
+    until(Duration::from_secs(2), "the leaver left", || {
+        info_int(&mut c, "lease", "lease_waiters") == 1
+    });
+    let (reply, at) = v.wait(Duration::from_secs(15));
+    assert!(reply.expect("V").is_some(), "V granted");
+    assert!(at >= earliest_end, "V granted before A's lease could end");
+    assert_eq!(lock_info(&mut c, "k").owners(), ["V"]);
+}
+
+/// SWAPDB carries an evicted lease's hold-back and its lobby to the other db.
+#[test]
+fn swapdb_carries_an_evicted_lease_and_its_lobby() {
+    let s = Server::with(
+        Options::default()
+            .arg("maxmemory", "8mb")
+            .arg("maxmemory-policy", "allkeys-lru"),
+    );
+    let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));
+    let sent = Instant::now();
+    let ta = wlock(&mut c0, "k", "A", LEASE).unwrap();
+    let earliest_end = sent + Duration::from_millis(LEASE);
+    let w = send_timed(&s, 0, &["RWLOCK.WLOCK", "k", "W", "60000", "WAIT", "10000"]);
+    await_waiters(&mut c0, "k", 1);
+    let (written, _) = fill(&mut c0, "allkeys-lru");
+    assert_eq!(exists(&mut c0, "k"), 0, "k evicted");
+    let names: Vec<String> = (0..written).map(|i| format!("cache:{i}")).collect();
+    for chunk in names.chunks(500) {
+        let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut c0).unwrap();
+    }
+    assert_eq!(text(&r!(c0, "SWAPDB", 0, 1)), "OK");
+    // db 1 has what db 0 had: A's lease may still run there.
+    assert_eq!(
+        wlock(&mut c1, "k", "B", 1000),
+        None,
+        "B in db 1 during A's lease"
+    );
+    // db 0 is the old (empty) db 1: free.
+    let t0 = wlock(&mut c0, "k", "Z", LONG).expect("Z in db 0");
+    assert!(t0 > ta);
+    let (reply, at) = w.wait(Duration::from_secs(15));
+    assert!(reply.expect("W").is_some(), "W granted");
+    assert!(at >= earliest_end, "W granted before A's lease could end");
+    assert_eq!(lock_info(&mut c1, "k").owners(), ["W"], "W holds k in db 1");
+    assert_eq!(lock_info(&mut c0, "k").owners(), ["Z"], "Z holds k in db 0");
+}

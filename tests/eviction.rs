@@ -18,14 +18,17 @@ const LONG: u64 = 60_000;
 
 /// A's lease: long enough for the cache writes that make the server evict, short enough to
 /// wait out.
-const LEASE: u64 = 2500;
+const LEASE: u64 = 3000;
 /// How long the cache writes may go on (then the checks need A's lease still running).
-const FILL_FOR: Duration = Duration::from_millis(1200);
-const VALUE: usize = 16 * 1024;
+const FILL_FOR: Duration = Duration::from_millis(1500);
+/// Small, with big values: a few hundred writes make the server evict (an empty server uses
+/// about 1 MB).
+const MAXMEMORY: &str = "4mb";
+const VALUE: usize = 32 * 1024;
 
 /// Cache writes (half with a TTL) until the server has evicted (or, under noeviction,
-/// refused with OOM) and, under allkeys-*, until `k` itself went or time ran out. Answers
-/// (keys written, OOM replies).
+/// refused with OOM) and, under allkeys-*, until `k` itself went, or `FILL_FOR` ran out.
+/// Answers (keys written, OOM replies).
 fn fill(c: &mut Connection, policy: &str) -> (usize, usize) {
     let start = Instant::now();
     let evicted0 = info_int(c, "stats", "evicted_keys");
@@ -54,8 +57,9 @@ fn fill(c: &mut Connection, policy: &str) -> (usize, usize) {
         let evicted = info_int(c, "stats", "evicted_keys") - evicted0;
         let done = match policy {
             "noeviction" => oom > 0,
-            p if p.starts_with("volatile") => evicted >= 100,
-            _ => evicted >= 100 && exists(c, "k") == 0,
+            // Once OOM replies come, the keys with a TTL are all gone.
+            p if p.starts_with("volatile") => evicted >= 50 || (evicted > 0 && oom > 0),
+            _ => evicted >= 50 && exists(c, "k") == 0,
         };
         if done {
             break;
@@ -69,7 +73,7 @@ fn fill(c: &mut Connection, policy: &str) -> (usize, usize) {
 fn eviction_case(policy: &str, waiter: bool) {
     let s = Server::with(
         Options::default()
-            .arg("maxmemory", "8mb")
+            .arg("maxmemory", MAXMEMORY)
             .arg("maxmemory-policy", policy),
     );
     let mut c = conn(&s);
@@ -392,7 +396,7 @@ fn parked_waiter_memory() {
 fn a_promoted_replica_holds_back_grants_on_a_key_its_master_evicted() {
     let mut m = Server::with(
         debug_opts()
-            .arg("maxmemory", "8mb")
+            .arg("maxmemory", MAXMEMORY)
             .arg("maxmemory-policy", "allkeys-lru"),
     );
     let r = start_replica(&m);
@@ -431,7 +435,7 @@ fn a_promoted_replica_holds_back_grants_on_a_key_its_master_evicted() {
 fn an_evicted_lease_still_holds_back_grants_after_reload_and_restart() {
     let mut s = Server::with(
         debug_opts()
-            .arg("maxmemory", "8mb")
+            .arg("maxmemory", MAXMEMORY)
             .arg("maxmemory-policy", "allkeys-lru"),
     );
     let mut c = conn(&s);
@@ -469,7 +473,7 @@ fn an_evicted_lease_still_holds_back_grants_after_reload_and_restart() {
 fn a_waiter_that_leaves_the_lobby_is_never_granted() {
     let s = Server::with(
         Options::default()
-            .arg("maxmemory", "8mb")
+            .arg("maxmemory", MAXMEMORY)
             .arg("maxmemory-policy", "allkeys-lru"),
     );
     let mut c = conn(&s);
@@ -507,7 +511,7 @@ fn a_waiter_that_leaves_the_lobby_is_never_granted() {
 fn swapdb_carries_an_evicted_lease_and_its_lobby() {
     let s = Server::with(
         Options::default()
-            .arg("maxmemory", "8mb")
+            .arg("maxmemory", MAXMEMORY)
             .arg("maxmemory-policy", "allkeys-lru"),
     );
     let (mut c0, mut c1) = (conn_db(&s, 0), conn_db(&s, 1));

@@ -74,6 +74,7 @@ fn assert_unblocked(p: Pending, what: &str) {
         Err(e) => e,
         Ok(v) => panic!("{what}: answered {v:?}; a demotion answers an error"),
     };
+    println!("{what}: answered {e}");
     assert!(
         e.contains("UNBLOCKED") || e.contains("READONLY"),
         "{what}: {e}"

@@ -529,11 +529,8 @@ fn wait_timeouts_answer_nil_at_their_deadline() {
             let v = r!(w, "RWLOCK.WLOCK", "k", "B", 1000, "WAIT", ms);
             let took = t0.elapsed();
             assert!(is_nil(&v), "WAIT {ms}: {v:?}");
-            assert!(
-                took >= Duration::from_millis(ms),
-                "WAIT {ms} answered after {took:?}: before its deadline"
-            );
-            late.push((took - Duration::from_millis(ms)).as_secs_f64() * 1000.0);
+            // Signed: an early answer is `a_wait_never_ends_before_its_time`'s to catch.
+            late.push(took.as_secs_f64() * 1000.0 - ms as f64);
         }
         let (p50, p90, max) = (
             percentile(&mut late, 50.0),

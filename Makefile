@@ -41,11 +41,11 @@ test-python: build
 	@scripts/deps.sh python
 	@py="$$(scripts/python-env.sh)" && cd python && "$$py" -m mypy --strict src && "$$py" -m pytest -q -rs
 
-test-valkey: build test-deps
-	REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+test-valkey: build fault-module test-deps
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
 
-test-redis8: build test-deps
-	REDIS_SERVER="$$(scripts/redis8.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+test-redis8: build fault-module test-deps
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/redis8.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
 
 valgrind: build test-deps
 	scripts/valgrind-check.sh

@@ -1,7 +1,7 @@
 //! A key's lease state under every keyspace operation (issue 11): SWAPDB carries waiters and
 //! lapse timers to the other db; RENAME, MOVE, COPY and RESTORE keep lapses and hand-offs; a
-//! held key deleted by any route leaves no entry in the module's key index; crafted RESTORE
-//! payloads are refused; an AOF rewrite without the RDB preamble keeps a key's last token;
+//! held key deleted by any route leaves no entry in the module's key index; RESTORE payloads
+//! with huge tokens are refused; an AOF rewrite without the RDB preamble keeps a key's last token;
 //! DEBUG RELOAD keeps waiters waiting. Also: WAIT timeouts answer at their deadline, and an
 //! upgrade request costs the same behind 12,000 waiters as behind none.
 //!
@@ -10,8 +10,8 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis_lease_testkit::crafted::{checksum_ok, patch_u64, u64_fields};
 use redis_lease_testkit::crowd::Crowd;
+use redis_lease_testkit::dump::{self, Field, Payload};
 use redis_lease_testkit::prelude::*;
 use redis_lease_testkit::timed::{send_timed, Pending};
 use redis_lease_testkit::usage::command_stats;
@@ -749,72 +749,74 @@ fn a_queued_write_request_whose_owners_read_lapsed_is_no_waiting_upgrade() {
 // ---------------------------------------------------------------------------------------------
 // Smaller: crafted RESTORE, AOF rewrite without preamble, DEBUG RELOAD
 
+/// A real DUMP of `key`, decoded (`dump` checks its CRC).
+fn dumped(c: &mut Connection, key: &str) -> Payload {
+    match r!(c, "DUMP", key) {
+        Value::BulkString(b) => dump::decode(&b).unwrap_or_else(|e| panic!("DUMP {key}: {e}")),
+        other => panic!("DUMP {key}: {other:?}"),
+    }
+}
+
+/// `p` with every unsigned field equal to `from` set to `to` (a token is stored as the key's
+/// last token and as its holder's), re-encoded; and how many fields changed.
+fn retokened(p: &Payload, from: i64, to: u64, only: Option<usize>) -> (Vec<u8>, usize) {
+    let mut q = p.clone();
+    let mut n = 0;
+    for f in q.fields.iter_mut() {
+        if *f == Field::U64(from as u64) {
+            if only.is_none_or(|k| k == n) {
+                *f = Field::U64(to);
+            }
+            n += 1;
+        }
+    }
+    (dump::encode(&q), n)
+}
+
+/// tests/guard.rs crafts payloads field by field; this patches real DUMPs of each type, also
+/// RESTORE REPLACE over the live key, at 2^63-1 and just above the 2^62 bound.
 #[test]
 fn a_restore_payload_with_a_huge_token_is_refused_and_grants_go_on() {
     let _g = serial();
     let s = Server::start();
     let mut c = conn(&s);
     let t = wlock(&mut c, "k", "A", LONG).unwrap();
-    let payload = match r!(c, "DUMP", "k") {
-        Value::BulkString(b) => b,
-        other => panic!("DUMP k: {other:?}"),
-    };
-    assert!(
-        checksum_ok(&payload),
-        "our CRC-64 agrees with Redis's on a real DUMP"
-    );
-    // The token is stored twice: the key's last token and the holder's.
-    let at = u64_fields(&payload, t as u64);
-    assert_eq!(at.len(), 2, "token {t} in {payload:02x?}");
-    // The unpatched payload restores (so a refusal below is the token's doing).
-    assert_eq!(text(&r!(c, "RESTORE", "copy", 0, payload.as_slice())), "OK");
-    let huge = i64::MAX as u64;
+    let term = token(&r!(c, "LEADER.CAMPAIGN", "e", "L", LONG));
+    let st = token(&r!(c, "SEMAPHORE.ACQUIRE", "sem", "S", 2, LONG));
     let high_water = info_int(&mut c, "lease", "lease_token_high_water");
-    for fields in [vec![at[0]], vec![at[1]], at.clone()] {
-        let crafted = patch_u64(&payload, &fields, huge);
-        assert!(checksum_ok(&crafted));
-        let v = r!(c, "RESTORE", "crafted", 0, crafted.as_slice());
-        assert!(is_err(&v), "RESTORE with token 2^63-1 at {fields:?}: {v:?}");
-        assert_eq!(exists(&mut c, "crafted"), 0);
-        let v = r!(c, "RESTORE", "k", 0, crafted.as_slice(), "REPLACE");
-        assert!(
-            is_err(&v),
-            "RESTORE REPLACE with token 2^63-1 at {fields:?}: {v:?}"
-        );
-        assert_eq!(
-            lock_info(&mut c, "k").holder("A", "write").unwrap().token,
-            t
-        );
+    let before = lock_info(&mut c, "k");
+    for (key, t) in [("k", t), ("e", term), ("sem", st)] {
+        let p = dumped(&mut c, key);
+        // The unchanged payload restores: a refusal below is the token's doing.
+        let (same, n) = retokened(&p, t, t as u64, None);
+        assert_eq!(n, 2, "{key}: token {t} twice in {p:?}");
+        assert_eq!(text(&r!(c, "RESTORE", "copy", 0, same.as_slice())), "OK");
+        assert_eq!(int(&r!(c, "DEL", "copy")), 1);
+        for huge in [(1u64 << 62) + 1, i64::MAX as u64] {
+            for only in [Some(0), Some(1), None] {
+                let (crafted, _) = retokened(&p, t, huge, only);
+                let what = format!("{key}: token {huge} in field {only:?}");
+                let v = r!(c, "RESTORE", "crafted", 0, crafted.as_slice());
+                assert!(is_err(&v), "RESTORE of {what}: {v:?}");
+                assert_eq!(exists(&mut c, "crafted"), 0, "{what}");
+                let v = r!(c, "RESTORE", key, 0, crafted.as_slice(), "REPLACE");
+                assert!(is_err(&v), "RESTORE REPLACE of {what}: {v:?}");
+            }
+        }
     }
+    assert_same_lock(
+        "k after the refusals",
+        &before,
+        &lock_info(&mut c, "k"),
+        true,
+    );
     assert_eq!(
         info_int(&mut c, "lease", "lease_token_high_water"),
         high_water,
         "a refused RESTORE changes nothing"
     );
-    // Elections and semaphores alike; and the bound is 2^62, not only 2^63-1.
-    let term = token(&r!(c, "LEADER.CAMPAIGN", "e", "L", LONG));
-    let st = token(&r!(c, "SEMAPHORE.ACQUIRE", "sem", "S", 2, LONG));
-    for (key, t) in [("e", term), ("sem", st), ("k", t)] {
-        let payload = match r!(c, "DUMP", key) {
-            Value::BulkString(b) => b,
-            other => panic!("DUMP {key}: {other:?}"),
-        };
-        let at = u64_fields(&payload, t as u64);
-        assert!(!at.is_empty(), "{key}: token {t} in {payload:02x?}");
-        for huge in [(1u64 << 62) + 1, i64::MAX as u64] {
-            let crafted = patch_u64(&payload, &at, huge);
-            let v = r!(c, "RESTORE", "crafted", 0, crafted.as_slice());
-            assert!(is_err(&v), "RESTORE of {key} with token {huge}: {v:?}");
-            assert_eq!(exists(&mut c, "crafted"), 0);
-        }
-    }
-    assert_eq!(
-        info_int(&mut c, "lease", "lease_token_high_water"),
-        high_water.max(st),
-        "a refused RESTORE changes nothing"
-    );
     let t2 = wlock(&mut c, "fresh", "B", LONG).expect("grants go on");
-    assert!(t2 > st && t2 < 1 << 62, "token {t2}");
+    assert!(t2 > high_water && t2 < 1 << 62, "token {t2}");
     assert_eq!(unlock(&mut c, "k", "A"), 1);
     assert!(wlock(&mut c, "k", "C", LONG).unwrap() > t2);
 }

@@ -1,3 +1,5 @@
+use smallvec::SmallVec;
+
 use crate::id::Id;
 use crate::{Mode, Ms};
 
@@ -66,7 +68,8 @@ pub struct Woken {
 /// [`cancel`](crate::RwLock::cancel) is in exactly one of `woken` and `timed_out`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Changes {
-    pub effects: Vec<Effect>,
+    /// Inline for the common one or two effects of an operation: no allocation.
+    pub effects: SmallVec<[Effect; 2]>,
     pub woken: Vec<Woken>,
     pub timed_out: Vec<u64>,
 }

@@ -41,13 +41,15 @@ pub struct HolderView<'a> {
     pub hold: Hold,
 }
 
-/// The holders of a key. A single holder, the common case, is stored inline, so a one-holder
-/// lock costs two small allocations; more holders live in a table indexed by owner and by
-/// deadline, so that no operation scans them all.
-#[derive(Debug)]
+/// The holders of a key. A single holder, the common case, is stored inline (its id too, up
+/// to 38 bytes), so a one-holder lock costs no allocation of its own; more holders live in a
+/// table indexed by owner and by deadline, so that no operation scans them all.
+#[derive(Debug, Default)]
 pub(crate) enum Holders {
+    #[default]
+    Empty,
     One(Id, Hold),
-    /// Zero, or two and more holders.
+    /// Two and more holders (or none, briefly, in a table that shrinks back).
     Many(Box<Table>),
 }
 
@@ -59,15 +61,10 @@ pub(crate) struct Table {
     reads: u64,
 }
 
-impl Default for Holders {
-    fn default() -> Self {
-        Holders::Many(Box::default())
-    }
-}
-
 impl Holders {
     pub fn len(&self) -> usize {
         match self {
+            Holders::Empty => 0,
             Holders::One(..) => 1,
             Holders::Many(t) => t.by_owner.len(),
         }
@@ -75,6 +72,7 @@ impl Holders {
 
     pub fn get(&self, owner: &[u8]) -> Option<&Hold> {
         match self {
+            Holders::Empty => None,
             Holders::One(o, h) => (**o == *owner).then_some(h),
             Holders::Many(t) => t.by_owner.get(owner),
         }
@@ -83,6 +81,7 @@ impl Holders {
     /// The sum of every holder's `reads`: for a semaphore, the permits in use.
     pub fn total_reads(&self) -> u64 {
         match self {
+            Holders::Empty => 0,
             Holders::One(_, h) => h.reads.into(),
             Holders::Many(t) => t.reads,
         }
@@ -96,6 +95,7 @@ impl Holders {
     /// Sets (or inserts) `owner`'s hold.
     pub fn put(&mut self, owner: &[u8], hold: Hold) {
         match self {
+            Holders::Empty => *self = Holders::One(owner.into(), hold),
             Holders::One(o, h) if **o == *owner => *h = hold,
             Holders::One(..) => {
                 let Holders::One(o, h) = std::mem::take(self) else {
@@ -132,7 +132,7 @@ impl Holders {
                 *self = Holders::default();
                 Some(h)
             }
-            Holders::One(..) => None,
+            Holders::Empty | Holders::One(..) => None,
             Holders::Many(t) => {
                 let (key, hold) = t.by_owner.remove_entry(owner)?;
                 t.by_deadline.remove(&(hold.deadline, key));
@@ -153,6 +153,7 @@ impl Holders {
     /// The earliest deadline of any holder.
     pub fn min_deadline(&self) -> Option<Ms> {
         match self {
+            Holders::Empty => None,
             Holders::One(_, h) => Some(h.deadline),
             Holders::Many(t) => t.by_deadline.first().map(|(d, _)| *d),
         }
@@ -161,6 +162,7 @@ impl Holders {
     /// The latest deadline of any holder.
     pub fn max_deadline(&self) -> Option<Ms> {
         match self {
+            Holders::Empty => None,
             Holders::One(_, h) => Some(h.deadline),
             Holders::Many(t) => t.by_deadline.last().map(|(d, _)| *d),
         }
@@ -169,6 +171,7 @@ impl Holders {
     /// The owner whose deadline is earliest, if that deadline is at or before `now`.
     pub fn first_lapsed(&self, now: Ms) -> Option<Id> {
         match self {
+            Holders::Empty => None,
             Holders::One(o, h) => (!h.live(now)).then(|| o.clone()),
             Holders::Many(t) => t
                 .by_deadline
@@ -181,6 +184,7 @@ impl Holders {
     /// Every holder, in no particular order.
     pub fn iter(&self) -> Box<dyn Iterator<Item = HolderView<'_>> + '_> {
         match self {
+            Holders::Empty => Box::new(std::iter::empty()),
             Holders::One(owner, hold) => {
                 Box::new(std::iter::once(HolderView { owner, hold: *hold }))
             }
@@ -196,6 +200,7 @@ impl Holders {
     /// for the table form: hash buckets, tree nodes, and each owner stored twice).
     pub fn heap_bytes(&self, round: &dyn Fn(usize) -> usize) -> usize {
         match self {
+            Holders::Empty => 0,
             Holders::One(o, _) => round(o.heap_len()),
             Holders::Many(t) => {
                 let owners: usize = t.by_owner.keys().map(|o| 2 * round(o.heap_len())).sum();
@@ -234,7 +239,11 @@ mod tests {
     #[test]
     fn one_holder_is_compact() {
         // The owner (up to 38 bytes) and its hold, inline: no allocation of their own.
-        assert!(std::mem::size_of::<Holders>() <= 64, "{}", std::mem::size_of::<Holders>());
+        assert!(
+            std::mem::size_of::<Holders>() <= 64,
+            "{}",
+            std::mem::size_of::<Holders>()
+        );
         let mut h = Holders::default();
         h.put(b"0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b", hold(10));
         assert_eq!(h.heap_bytes(&|n| n), 0);

@@ -206,7 +206,7 @@ where
     let mut tokens = state::with(|s| s.tokens);
     v.core.lock_mut().apply(&effect, &mut tokens);
     let changes = Changes {
-        effects: vec![effect],
+        effects: smallvec::smallvec![effect],
         ..Changes::default()
     };
     commit::<K>(key, before, changes, Origin::Replayed);

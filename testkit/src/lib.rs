@@ -15,12 +15,17 @@
 //! * `dump`: DUMP payloads of module values, decoded and crafted (RDB fields, CRC64).
 //! * `socket`: a raw RESP2 client on a `TcpStream` (no retry can hide a lost reply).
 //! * `serverlog`: a server log without crashes, assertions or panics, and printable.
+//! * `timed`: a blocking request whose reply comes with its arrival time; `crowd`: thousands of
+//!   raw connections (parked waiters); `usage`: used memory and command time; `dataset`: two
+//!   servers' datasets key by key.
 //!
 //! Tests usually `use redis_lease_testkit::prelude::*;`.
 
 pub mod aof;
 pub mod cluster;
 pub mod cmd;
+pub mod crowd;
+pub mod dataset;
 pub mod dump;
 pub mod fault;
 pub mod info;
@@ -34,6 +39,8 @@ pub mod serverlog;
 pub mod socket;
 pub mod state;
 pub mod stats;
+pub mod timed;
+pub mod usage;
 
 /// The redis-rs crate the kit is built on (the macros name it through here).
 pub use redis;

@@ -14,7 +14,7 @@ use crate::ffi::replicate;
 use crate::ffi::reply::{Reply, ReplyError};
 use crate::value::{Saved, Stored};
 use crate::wire::{self, Op};
-use crate::{state, validate};
+use crate::{holdback, state, validate};
 
 fn apply_to<K: Saved>(ctx: &Ctx, args: &Args, ops: Vec<Op>) -> Outcome
 where
@@ -55,6 +55,7 @@ where
                 lock.observe_token(t);
             }
             Op::High(t) => tokens.observe(t),
+            Op::Evicted(_) => {}
         }
     }
     state::with(move |s| s.tokens = tokens);
@@ -75,7 +76,23 @@ pub fn apply(ctx: &Ctx, args: &Args) -> Outcome {
             "ERR LEASE.APPLY is internal: it is accepted only from a master or an AOF file".into(),
         );
     }
-    let ops = wire::parse_ops(&args.rest(3)).map_err(ReplyError::from)?;
+    let mut ops = wire::parse_ops(&args.rest(3)).map_err(ReplyError::from)?;
+    if wire::kind(args.bytes(2)).is_none() {
+        return Err("ERR LEASE.APPLY: kind must be rwlock, leader or semaphore".into());
+    }
+    // An eviction record is about the name, not a key: it makes none.
+    let (db, name) = (ctx.db(), args.bytes(1));
+    ops.retain(|op| match op {
+        Op::Evicted(until) => {
+            holdback::evicted(db, name, *until, false);
+            false
+        }
+        _ => true,
+    });
+    if ops.is_empty() {
+        replicate::verbatim(ctx);
+        return Ok(Reply::Ok);
+    }
     match wire::kind(args.bytes(2)) {
         Some(redis_lease_core::Kind::RwLock) => apply_to::<RwLock>(ctx, args, ops),
         Some(redis_lease_core::Kind::Election) => apply_to::<Election>(ctx, args, ops),

@@ -17,11 +17,13 @@ use crate::index::Slot;
 use crate::registry::Orphans;
 use crate::value::{LeaderStored, RwStored, Saved, SemStored, Stored};
 use crate::wire::Word;
-use crate::{config, schedule, state, validate};
+use crate::{config, holdback, schedule, state, validate};
 
-/// RDB encoding version of every type. Version 1: last token, (a semaphore's limit), then
-/// each holder as (owner, reads, writes, deadline ms since epoch, token).
-pub const ENCVER: i32 = 1;
+/// RDB encoding version of every type. A value: last token, (a semaphore's limit), then each
+/// holder as (owner, reads, writes, deadline ms since epoch, token) (versions 1 and 2). The
+/// data set's own record (the lock type's aux data): the token high-water mark (version 1),
+/// then the evicted names whose grants are held back, as (db, name, until) (version 2).
+pub const ENCVER: i32 = 2;
 
 pub static RWLOCK_TYPE: RedisType = RedisType::new("lease-rwl", ENCVER, methods::<RwStored>(true));
 pub static ELECTION_TYPE: RedisType =
@@ -165,7 +167,7 @@ impl<K: Saved> DataType for Stored<K> {
         // once, and LAST would be lost with it).
         let high = state::with(|s| s.tokens.high_water());
         let mut first = vec![
-            kind,
+            kind.clone(),
             Field::Bytes(b"LAST"),
             Field::U64(lock.last_token()),
             Field::Bytes(b"HIGH"),
@@ -178,7 +180,7 @@ impl<K: Saved> DataType for Stored<K> {
         let holders: Vec<_> = lock.holders().collect();
         for (i, chunk) in holders.chunks(HOLDS_PER_COMMAND).enumerate() {
             if i > 0 {
-                out.push((c"LEASE.APPLY", vec![kind]));
+                out.push((c"LEASE.APPLY", vec![kind.clone()]));
             }
             let Some((_, args)) = out.last_mut() else {
                 break;
@@ -251,25 +253,59 @@ impl<K: Saved> DataType for Stored<K> {
     }
 
     fn aux_save() -> Vec<Field<'static>> {
-        vec![Field::U64(state::with(|s| s.tokens.high_water()))]
+        let held = holdback::evicted_now(crate::clock::now_ms());
+        let mut out = vec![
+            Field::U64(state::with(|s| s.tokens.high_water())),
+            Field::U64(held.len() as u64),
+        ];
+        for (db, name, until) in held {
+            out.extend([
+                Field::U64(db as u64),
+                Field::Owned(name.into()),
+                Field::U64(until),
+            ]);
+        }
+        out
     }
 
     fn aux_save_empty() -> Vec<Field<'static>> {
         // The clock floor keeps tokens moving on without the mark.
-        vec![Field::U64(0)]
+        vec![Field::U64(0), Field::U64(0)]
     }
 
     fn aux_load(io: &mut Io, encver: i32) -> bool {
-        if encver > ENCVER {
+        if !(1..=ENCVER).contains(&encver) {
             return false;
         }
-        match io.load_u64() {
-            Ok(high) if high <= validate::TOKEN_CEILING => {
-                state::with(move |s| s.tokens.observe(high));
-                true
-            }
-            _ => false,
+        let Ok(high) = io.load_u64() else {
+            return false;
+        };
+        if high > validate::TOKEN_CEILING {
+            return false;
         }
+        state::with(move |s| s.tokens.observe(high));
+        if encver < 2 {
+            return true;
+        }
+        let Ok(n) = io.load_u64() else {
+            return false;
+        };
+        for _ in 0..n {
+            let (Ok(db), Ok(name), Ok(until)) = (
+                io.load_u64(),
+                io.load_bytes(config::ID_LENGTH_CEILING as usize * 512),
+                io.load_u64(),
+            ) else {
+                return false;
+            };
+            let Ok(db) = i32::try_from(db) else {
+                return false;
+            };
+            if until <= validate::DEADLINE_CEILING {
+                holdback::evicted(db, &name, until, false);
+            }
+        }
+        true
     }
 }
 

@@ -9,12 +9,14 @@ use crate::clock::now_ms;
 use crate::commit::{commit, ensure_slot, run, Origin};
 use crate::ffi::ctx::{log_warning, Ctx};
 use crate::ffi::key::{Key, Typed};
+use crate::ffi::replicate;
 use crate::ffi::server::{Handlers, Loading};
 use crate::ffi::string::RStr;
 use crate::index::Slot;
 use crate::registry::Orphans;
 use crate::value::{Saved, Stored};
 use crate::visit::{visit, Visitor};
+use crate::wire::Word;
 use crate::{holdback, orphans, schedule, state, text, waiters};
 
 pub fn handlers() -> Handlers {
@@ -245,7 +247,10 @@ fn evicted(ctx: &Ctx, key: RStr) {
              no TTL, so those never evict them)",
             text::escaped(name, 128)
         ));
-        holdback::evicted(db, name, until);
+        holdback::evicted(db, name, until, true);
+        // Replicas (and the AOF) hold back too: a promoted replica must not let a second
+        // holder in while the evicted lease runs.
+        replicate::evicted(ctx, key, Word::of_kind(u.kind), until);
     }
     // Its waiters wait on, in the lobby, until grants open on it again.
     if let Some(o) = orphans::take(db, name) {

@@ -100,15 +100,28 @@ pub fn quarantine_left(now: Ms) -> u64 {
 }
 
 /// A key whose leases run until `until` was evicted: hold back new grants on it until then.
-pub fn evicted(db: i32, name: &[u8], until: Ms) {
+/// `here`: this server evicted it (not its master, or a file it loaded).
+pub fn evicted(db: i32, name: &[u8], until: Ms, here: bool) {
     let name: Box<[u8]> = name.into();
     state::with(move |s| {
         let now = now_ms();
         s.evicted.retain(|_, e| e.until > now);
-        s.evicted.insert((db, name), Evicted { until });
-        s.stats.evictions += 1;
+        let e = s.evicted.entry((db, name)).or_insert(Evicted { until });
+        e.until = e.until.max(until);
+        s.stats.evictions += u64::from(here);
     });
     schedule::arm(until);
+}
+
+/// The hold-backs of evicted leases still running at `now` (to save them).
+pub fn evicted_now(now: Ms) -> Vec<(i32, Box<[u8]>, Ms)> {
+    state::with(move |s| {
+        s.evicted
+            .iter()
+            .filter(|(_, e)| e.until > now)
+            .map(|((db, name), e)| (*db, name.clone(), e.until))
+            .collect()
+    })
 }
 
 /// Parks the waiters of a key that has no holder left while grants are held back. `slot`

@@ -5,7 +5,8 @@
 //! `LIMIT n`, `RELEASE owner`, `DROP owner lapse|resign`, `RENEW owner deadline`; and for AOF
 //! rewrites `HOLD owner reads writes deadline token` (a holder exactly as it is), `LAST token`
 //! (the key's last token) and `HIGH token` (the server-wide token high-water mark, so that an
-//! AOF without an RDB preamble keeps it too). Pure: encoding and parsing are tested here, the
+//! AOF without an RDB preamble keeps it too); and `EVICTED until` (the key was evicted while
+//! its leases ran: new grants on its name wait until then). Pure: encoding and parsing are tested here, the
 //! C API layer only turns [`Arg`]s into Redis strings.
 
 use redis_lease_core::{DropReason, Effect, Hold, Id, Kind, Mode};
@@ -29,10 +30,11 @@ pub enum Word {
     Write,
     Lapse,
     Resign,
+    Evicted,
 }
 
 impl Word {
-    pub const ALL: [Word; 13] = [
+    pub const ALL: [Word; 14] = [
         Word::RwLock,
         Word::Leader,
         Word::Semaphore,
@@ -46,6 +48,7 @@ impl Word {
         Word::Write,
         Word::Lapse,
         Word::Resign,
+        Word::Evicted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +66,7 @@ impl Word {
             Word::Write => "write",
             Word::Lapse => "lapse",
             Word::Resign => "resign",
+            Word::Evicted => "EVICTED",
         }
     }
 
@@ -167,6 +171,9 @@ pub enum Op {
     Hold(Id, Hold),
     Last(u64),
     High(u64),
+    /// The key was evicted while its leases ran until this time: new grants on its name are
+    /// held back until then.
+    Evicted(u64),
 }
 
 fn bad(what: &str) -> String {
@@ -273,6 +280,7 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
             }
             b"LAST" => (Op::Last(token(a(1))?), 2),
             b"HIGH" => (Op::High(token(a(1))?), 2),
+            b"EVICTED" => (Op::Evicted(deadline(a(1))?), 2),
             _ => return Err(bad("unknown op")),
         };
         ops.push(parsed);
@@ -348,14 +356,15 @@ mod tests {
     #[test]
     fn parses_every_op_and_rejects_bad_ones() {
         let args: Vec<&[u8]> =
-            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 HOLD d 2 1 30 9 LAST 11 HIGH 12"
+            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 HOLD d 2 1 30 9 LAST 11 HIGH 12 EVICTED 40"
                 .split(' ')
                 .map(str::as_bytes)
                 .collect();
         let ops = parse_ops(&args).unwrap();
-        assert_eq!(ops.len(), 7);
+        assert_eq!(ops.len(), 8);
         assert_eq!(ops[5], Op::Last(11));
         assert_eq!(ops[6], Op::High(12));
+        assert_eq!(ops[7], Op::Evicted(40));
         let too_big = (TOKEN_CEILING + 1).to_string();
         for bad in [
             "GRANT a read 10".to_string(),

@@ -126,7 +126,11 @@ where
     reopen::release(ctx, db, name);
     let wait = wait_ms.map(|ms| Wait {
         id: waiters::next_id(),
-        until: (ms > 0).then(|| clock::now_ms().saturating_add(ms)),
+        // Like a lease, a wait never ends early: its deadline rounds up past a whole ms.
+        until: (ms > 0).then(|| {
+            let (now, fraction) = clock::now();
+            now.saturating_add(ms).saturating_add(u64::from(fraction))
+        }),
     });
     let mut key = open(ctx, args)?;
     let (v, created) = key

@@ -67,6 +67,27 @@ pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<RStr>, effects: &
     drop(made);
 }
 
+/// Replicates `LEASE.APPLY key kind EVICTED until`: the key was evicted while its leases ran.
+pub fn evicted(ctx: &Ctx, key: RStr, kind: Word, until: u64) {
+    let until = RString::from_i64(until.min(i64::MAX as u64) as i64);
+    let args = [
+        key.raw(),
+        word(kind),
+        word(Word::Evicted),
+        until.as_str().raw(),
+    ];
+    // SAFETY: live strings; Redis takes its own references ("v").
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.raw(),
+            c"LEASE.APPLY".as_ptr(),
+            c"v".as_ptr(),
+            args.as_ptr(),
+            args.len(),
+        );
+    }
+}
+
 /// Replicates the running command as it was sent.
 pub fn verbatim(ctx: &Ctx) {
     // SAFETY: a live command context.

@@ -19,10 +19,12 @@ pub struct Place<'a> {
 }
 
 /// One field of a saved value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Field<'a> {
     U64(u64),
     Bytes(&'a [u8]),
+    /// Bytes the plan owns (copied out of the module's state).
+    Owned(Vec<u8>),
 }
 
 /// A value type's behaviour towards Redis. Saving is planned first and written after, so a
@@ -154,6 +156,7 @@ unsafe extern "C" fn aof_rewrite<T: DataType>(
             .map(|f| match f {
                 Field::U64(n) => RString::from_i64(n.min(i64::MAX as u64) as i64),
                 Field::Bytes(b) => RString::from_bytes(b),
+                Field::Owned(b) => RString::from_bytes(&b),
             })
             .collect();
         io.emit_aof(cmd, key, &args);
@@ -229,6 +232,7 @@ fn write(io: &mut Io, plan: Vec<Field>) {
         match f {
             Field::U64(n) => io.save_u64(n),
             Field::Bytes(b) => io.save_bytes(b),
+            Field::Owned(b) => io.save_bytes(&b),
         }
     }
 }

@@ -454,3 +454,24 @@ fn deadlines_round_up_when_the_clock_is_past_a_whole_ms() {
     l.renew(b"a", 50, &mut env);
     assert_eq!(l.0.hold_of(b"a", 1_000).unwrap().deadline, 1_050);
 }
+
+/// Regression: the queue skipped waiters that left before it put a waiting upgrade whose read
+/// hold ended back in arrival order, so a waiter that left, now at the head, was granted.
+#[test]
+fn a_waiter_that_left_is_not_granted_when_an_upgrade_goes_back_in_line() {
+    let mut f = Fixture::new();
+    f.req("a", Mode::Read, 10, false).unwrap(); // 1
+    f.r("b").unwrap(); // 2
+    assert_eq!(f.req("w", Mode::Write, 100, true), Ok(Acquire::Queued)); // 3
+    assert_eq!(f.req("r", Mode::Read, 100, true), Ok(Acquire::Queued)); // 4
+    assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued)); // 5, an upgrade
+    f.world.leave(4);
+    assert!(f.with(|l, env| l.cancel(3, env)));
+    // a's read hold lapses: its upgrade is an ordinary write request again, behind r (gone).
+    f.world.now += 10;
+    f.tick();
+    assert!(f.woken_ids().is_empty());
+    assert!(f.lock.0.hold_of(b"r", f.world.now).is_none());
+    let ids: Vec<u64> = f.lock.0.waiters().map(|w| w.id).collect();
+    assert_eq!(ids, vec![5]);
+}

@@ -475,3 +475,28 @@ fn a_waiter_that_left_is_not_granted_when_an_upgrade_goes_back_in_line() {
     let ids: Vec<u64> = f.lock.0.waiters().map(|w| w.id).collect();
     assert_eq!(ids, vec![5]);
 }
+
+/// Regression: `requeue` gave the upgrade slot to any write request of a current reader, so a
+/// write request queued before its owner became a reader jumped ahead of an earlier writer
+/// after the shell took the waiters out and put them back (DEBUG RELOAD).
+#[test]
+fn waiters_put_back_keep_their_order_when_a_reader_had_queued_a_write() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap(); // 1
+    assert_eq!(f.req("a", Mode::Read, 100, true), Ok(Acquire::Queued)); // 2
+    assert_eq!(f.req("x", Mode::Write, 100, true), Ok(Acquire::Queued)); // 3
+    assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued)); // 4
+    f.unlock("h");
+    assert_eq!(f.woken_ids(), vec![2]);
+    let order = |l: &Lock| l.waiters().map(|w| w.id).collect::<Vec<_>>();
+    assert_eq!(order(&f.lock.0), vec![3, 4]);
+    for w in f.lock.0.take_waiters() {
+        f.lock.0.requeue(w);
+    }
+    assert_eq!(order(&f.lock.0), vec![3, 4]);
+    f.tick();
+    assert!(f.woken_ids().is_empty(), "a's write overtook x");
+    // a gives its read hold back: x, which arrived first, writes.
+    f.unlock("a");
+    assert_eq!(f.woken_ids(), vec![3]);
+}

@@ -559,3 +559,36 @@ fn waiters_put_back_keep_their_order_when_a_reader_had_queued_a_write() {
     f.unlock("a");
     assert_eq!(f.woken_ids(), vec![3]);
 }
+
+/// Regression (found by fuzz_ops): the shell never reuses a waiter id, but if it did, the
+/// second waiter replaced the first in the queue while the first's wait deadline stayed
+/// indexed; at that deadline the timer's step found it, could not take it out, and looped
+/// forever. A reused id now replaces the earlier waiter with its indexes.
+#[test]
+fn a_waiter_id_used_twice_leaves_one_waiter_and_no_stale_wait_deadline() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap(); // lease ends at 1100
+    let wait = |until| Request {
+        owner: b"w",
+        mode: Mode::Write,
+        ttl: 100,
+        wait: Some(Wait { id: 7, until }),
+        max_waiters: 100,
+    };
+    assert_eq!(
+        f.with(|l, env| l.lock(&wait(Some(1_050)), env)),
+        Ok(Acquire::Queued)
+    );
+    assert_eq!(
+        f.with(|l, env| l.lock(&wait(None), env)),
+        Ok(Acquire::Queued)
+    );
+    assert_eq!(f.lock.0.waiter_count(), 1);
+    assert_eq!(f.lock.0.next_wakeup(), Some(1_100));
+    f.world.now = 1_060;
+    f.tick();
+    assert!(f.timed_out_ids().is_empty());
+    f.world.now = 1_100;
+    f.tick();
+    assert_eq!(f.woken_ids(), vec![7]);
+}

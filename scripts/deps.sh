@@ -3,6 +3,7 @@
 # says what is missing.
 #   scripts/deps.sh        to build and run: cargo, redis-server, libclang-dev (bindgen)
 #   scripts/deps.sh test   also for make test-valkey and make valgrind: pip, valgrind
+#   scripts/deps.sh python also for the Python client's tests (make test-python): venv
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust from rustup.rs"; exit 1; }
 missing=""
@@ -15,6 +16,10 @@ fi
 if [ "${1:-}" = test ]; then
   python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
   command -v valgrind >/dev/null 2>&1 || missing="$missing valgrind"
+fi
+if [ "${1:-}" = python ]; then
+  # Debian's python3 makes venvs with pip only with python3-venv (it holds ensurepip).
+  python3 -c "import ensurepip, venv" >/dev/null 2>&1 || missing="$missing python3-venv"
 fi
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

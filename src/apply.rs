@@ -59,7 +59,7 @@ where
     }
     state::with(move |s| s.tokens = tokens);
     let changes = Changes {
-        effects,
+        effects: effects.into(),
         ..Changes::default()
     };
     commit::<K>(key, before, changes, Origin::Replayed);

@@ -23,8 +23,10 @@ use crate::{holdback, schedule, state, text, waiters};
 #[derive(Clone, Copy)]
 pub enum Origin<'a> {
     /// This server (a master): it replicates and counts them. `owner` is the request's own
-    /// owner argument, which replication reuses.
-    Here { owner: Option<RStr<'a>> },
+    /// owner argument, which replication reuses. `own`: the command is its own effect when
+    /// that effect is all it did (an UNLOCK, RESIGN or RELEASE that handed nothing on), so it
+    /// is replicated as it came (replicas apply it as that one effect, see `replay_own`).
+    Here { owner: Option<RStr<'a>>, own: bool },
     /// A master or the AOF (LEASE.APPLY): applied as they came.
     Replayed,
 }
@@ -37,8 +39,17 @@ pub fn run<K: Keyed, T>(
     op: impl FnOnce(&mut K, &mut Env) -> (Changes, T),
 ) -> (Changes, T) {
     let (now, round_up) = clock::now();
-    let grants = holdback::grants(place.0, place.1, now);
-    let mut tokens = state::with(|s| s.tokens);
+    let slot = v.slot;
+    // One look at the state for what every operation needs.
+    let (mut tokens, quiet, cancels) = state::with(move |s| {
+        let quiet = s.quarantine_until <= now && s.evicted.is_empty();
+        (s.tokens, quiet, s.waiters.take_cancels_of(slot))
+    });
+    let grants = if quiet {
+        Grants::Open
+    } else {
+        holdback::grants(place.0, place.1, now)
+    };
     let alive = waiters::alive;
     let out = {
         let mut env = Env {
@@ -50,7 +61,7 @@ pub fn run<K: Keyed, T>(
         };
         // Waiters that left are taken out first, so the queue the rules see is exact.
         let mut changes = Changes::default();
-        for id in waiters::take_cancels_of(v.slot) {
+        for id in cancels {
             let (c, _) = v.core.cancel(id, &mut env);
             merge(&mut changes, c);
         }
@@ -91,43 +102,32 @@ fn event(kind: Kind, e: &Effect) -> Option<&'static CStr> {
 }
 
 fn count(kind: Kind, effects: &[Effect]) {
-    let tally: Vec<(Kind, u8)> = effects
-        .iter()
-        .map(|e| {
-            let t = match e {
+    let mut t = crate::state::Stats::default();
+    for e in effects {
+        match (kind, e) {
+            (Kind::Election, Effect::Grant { .. }) => t.grants_leader += 1,
+            (
+                _,
                 Effect::Grant {
                     mode: Mode::Read, ..
-                } => 0,
-                Effect::Grant { .. } => 1,
-                Effect::Take { .. } => 2,
-                Effect::Release { .. } => 3,
-                Effect::Renew { .. } => 4,
+                },
+            ) => t.grants_read += 1,
+            (_, Effect::Grant { .. }) => t.grants_write += 1,
+            (_, Effect::Take { .. }) => t.grants_semaphore += 1,
+            (_, Effect::Release { .. }) => t.releases += 1,
+            (_, Effect::Renew { .. }) => t.renewals += 1,
+            (
+                _,
                 Effect::Drop {
                     reason: DropReason::Lapse,
                     ..
-                } => 5,
-                Effect::Drop { .. } => 6,
-                Effect::Limit { .. } => 7,
-            };
-            (kind, t)
-        })
-        .collect();
-    state::with(move |s| {
-        let st = &mut s.stats;
-        for (kind, t) in tally {
-            match (kind, t) {
-                (Kind::Election, 1) => st.grants_leader += 1,
-                (_, 0) => st.grants_read += 1,
-                (_, 1) => st.grants_write += 1,
-                (_, 2) => st.grants_semaphore += 1,
-                (_, 3) => st.releases += 1,
-                (_, 4) => st.renewals += 1,
-                (_, 5) => st.lapses += 1,
-                (_, 6) => st.resignations += 1,
-                _ => {}
-            }
+                },
+            ) => t.lapses += 1,
+            (_, Effect::Drop { .. }) => t.resignations += 1,
+            (_, Effect::Limit { .. }) => {}
         }
-    });
+    }
+    state::with(move |s| s.stats.add_effects(&t));
 }
 
 /// Lapsed leases at `verbose`: a holder that stopped renewing is worth a line when debugging.
@@ -148,6 +148,20 @@ fn log_lapses(ctx: &Ctx, key: RStr, effects: &[Effect]) {
     }
 }
 
+/// The changes are one give-back and nothing else: no lapse found on the way, nobody served.
+fn is_own_effect(changes: &Changes) -> bool {
+    changes.woken.is_empty()
+        && changes.timed_out.is_empty()
+        && matches!(
+            changes.effects.as_slice(),
+            [Effect::Release { .. }]
+                | [Effect::Drop {
+                    reason: DropReason::Resign,
+                    ..
+                }]
+        )
+}
+
 /// Makes Redis agree with `changes`, made on the value in `key`. `holders_before`: the
 /// value's holder count before the operation (for the INFO gauge).
 pub fn commit<K: Keyed>(mut key: Key, holders_before: usize, changes: Changes, origin: Origin)
@@ -163,8 +177,12 @@ where
     let lock = v.core.lock();
     state::count_holders(lock.holder_count() as i64 - holders_before as i64);
     if !changes.effects.is_empty() {
-        if let Origin::Here { owner } = origin {
-            replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
+        if let Origin::Here { owner, own } = origin {
+            if own && is_own_effect(&changes) {
+                replicate::verbatim(ctx);
+            } else {
+                replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
+            }
             count(K::KIND, &changes.effects);
             log_lapses(ctx, name, &changes.effects);
         }

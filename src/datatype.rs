@@ -255,8 +255,13 @@ impl<K: Saved> DataType for Stored<K> {
         state::count_holders(-(self.core.lock().holder_count() as i64));
     }
 
-    fn aux_save(io: &mut Io) {
-        io.save_u64(state::with(|s| s.tokens.high_water()));
+    fn aux_save() -> Vec<Field<'static>> {
+        vec![Field::U64(state::with(|s| s.tokens.high_water()))]
+    }
+
+    fn aux_save_empty() -> Vec<Field<'static>> {
+        // The clock floor keeps tokens moving on without the mark.
+        vec![Field::U64(0)]
     }
 
     fn aux_load(io: &mut Io, encver: i32) -> bool {

@@ -48,18 +48,41 @@ impl Visitor for Flushed {
 }
 
 fn flush(ctx: &Ctx, db: Option<i32>) {
+    // Only keys with waiters are opened (their waiters are taken); every other entry of the
+    // flushed db(s) just goes. Lobbies stay: their names have no key to flush.
     let selected = ctx.db();
-    let slots = state::with(move |s| s.index.slots_in(db));
-    for slot in slots {
-        if let Some((db, name)) = schedule::place(slot) {
-            if visit(ctx, db, &name, Flushed).is_err()
-                && holdback::lobby_slot(db, &name) != Some(slot)
-            {
-                schedule::detach(slot);
+    for slot in waiting_slots() {
+        if let Some((d, name)) = schedule::place(slot) {
+            if db.is_none_or(|db| db == d) {
+                let _ = visit(ctx, d, &name, Flushed);
             }
         }
     }
     ctx.select_db(selected);
+    for slot in state::with(move |s| s.index.slots_in(db)) {
+        let lobby = schedule::place(slot)
+            .is_some_and(|(d, name)| holdback::lobby_slot(d, &name) == Some(slot));
+        if !lobby {
+            schedule::detach(slot);
+        }
+    }
+}
+
+/// The index entries of keys that have waiters (parked, or departed but still queued).
+fn waiting_slots() -> Vec<Slot> {
+    let mut slots: Vec<Slot> = state::with(|s| {
+        let mut v: Vec<Slot> = s.waiters.cancel_slots();
+        v.extend(
+            s.waiters
+                .ids_of(None)
+                .into_iter()
+                .filter_map(|id| s.waiters.get(id).map(|r| r.slot)),
+        );
+        v
+    });
+    slots.sort();
+    slots.dedup();
+    slots
 }
 
 fn swapdb(a: i32, b: i32) {
@@ -105,19 +128,8 @@ fn role(ctx: &Ctx, master: bool) {
     // Redis has already unblocked its blocked clients (they left); empty the queues, which
     // are this server's own (a replica's keys must equal its master's), and the lobbies.
     let selected = ctx.db();
-    let mut slots: Vec<Slot> = waiters::take_cancels()
-        .into_iter()
-        .map(|(s, _)| s)
-        .collect();
-    slots.extend(state::with(|s| {
-        s.waiters
-            .ids_of(None)
-            .into_iter()
-            .filter_map(|id| s.waiters.get(id).map(|r| r.slot))
-            .collect::<Vec<_>>()
-    }));
-    slots.sort();
-    slots.dedup();
+    let slots = waiting_slots();
+    waiters::take_cancels();
     for slot in slots {
         if let Some((db, name)) = schedule::place(slot) {
             let _ = visit(ctx, db, &name, Demoted);
@@ -158,7 +170,15 @@ impl Visitor for Reattach {
         }
         let before = v.core.lock().holder_count();
         let (changes, ()) = run(v, (db, name), |core, env| (core.tick(env), ()));
-        commit::<K>(key, before, changes, Origin::Here { owner: None });
+        commit::<K>(
+            key,
+            before,
+            changes,
+            Origin::Here {
+                owner: None,
+                own: false,
+            },
+        );
     }
 }
 

@@ -12,6 +12,7 @@
 //! arrival order.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_lease_core::{Grants, Kind, Ms, Waiter};
 
@@ -40,7 +41,19 @@ thread_local! {
 /// As `state::with`, for the lobbies (a cell of their own: a lobby borrow may look up the
 /// waiter registry).
 fn with_lobby<T>(f: impl FnOnce(&mut Lobbies) -> T + Send) -> T {
-    LOBBY.with(|l| f(&mut l.borrow_mut()))
+    LOBBY.with(|l| {
+        let mut l = l.borrow_mut();
+        let out = f(&mut l);
+        IN_LOBBY.store(l.len(), Ordering::Relaxed);
+        out
+    })
+}
+
+/// How many dbs have lobbies: lets the common case (none) skip the lobby without a look.
+static IN_LOBBY: AtomicUsize = AtomicUsize::new(0);
+
+fn no_lobby() -> bool {
+    IN_LOBBY.load(Ordering::Relaxed) == 0
 }
 
 /// Until when grants on `name` in `db` are held back (`None`: they are open at `now`).
@@ -139,7 +152,7 @@ fn reschedule(slot: Slot, until: Option<Ms>) {
 
 /// The lobby slot of `name`, if waiters wait there.
 pub fn lobby_slot(db: i32, name: &[u8]) -> Option<Slot> {
-    if with_lobby(|l| l.is_empty()) {
+    if no_lobby() {
         return None;
     }
     let name: Box<[u8]> = name.into();
@@ -148,7 +161,7 @@ pub fn lobby_slot(db: i32, name: &[u8]) -> Option<Slot> {
 
 /// Takes the lobby of `name` out, to make its key anew.
 pub fn take(db: i32, name: &[u8]) -> Option<Lobby> {
-    if with_lobby(|l| l.is_empty()) {
+    if no_lobby() {
         return None;
     }
     let name: Box<[u8]> = name.into();
@@ -237,7 +250,7 @@ pub fn waiting() -> usize {
 
 /// How many waiters wait in the lobby of `name` in `db`.
 pub fn waiting_on(db: i32, name: &[u8]) -> usize {
-    if with_lobby(|l| l.is_empty()) {
+    if no_lobby() {
         return 0;
     }
     let name: Box<[u8]> = name.into();

@@ -3,8 +3,12 @@
 //! the timer must look at it. A value knows its entry by a [`Slot`]; the index follows the key
 //! through RENAME, MOVE and SWAPDB and drops entries when keys go, by any route. Pure data: the
 //! schedule service arms Redis's timer from it.
+//!
+//! Memory is per key: entries live in fixed-size chunks (no doubling waste), names up to 22
+//! bytes inline, and the schedule links entries into one list per millisecond (no tree node
+//! per key; a tree holds only the distinct times, which are few).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use redis_lease_core::Ms;
 
@@ -25,14 +29,59 @@ impl Slot {
     }
 }
 
+const INLINE: usize = 22;
+
+/// A key name: inline when short.
+#[derive(Clone, Debug)]
+enum Name {
+    Free,
+    Inline { len: u8, buf: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Name {
+    fn new(b: &[u8]) -> Name {
+        if b.len() <= INLINE {
+            let mut buf = [0u8; INLINE];
+            buf[..b.len()].copy_from_slice(b);
+            Name::Inline {
+                len: b.len() as u8,
+                buf,
+            }
+        } else {
+            Name::Heap(b.into())
+        }
+    }
+
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Name::Free => None,
+            Name::Inline { len, buf } => Some(&buf[..usize::from(*len)]),
+            Name::Heap(b) => Some(b),
+        }
+    }
+
+    fn heap_len(&self) -> usize {
+        match self {
+            Name::Heap(b) => b.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// No neighbour in a list.
+const NIL: u32 = u32::MAX;
+
 #[derive(Debug)]
 struct Entry {
     gen: u32,
     db: i32,
     /// When to look again (0: not scheduled).
     when: Ms,
-    /// `None`: the entry is free.
-    name: Option<Box<[u8]>>,
+    /// Neighbours in the list of `when`.
+    prev: u32,
+    next: u32,
+    name: Name,
 }
 
 /// Where an entry's key lives.
@@ -42,59 +91,78 @@ pub struct Place<'a> {
     pub name: &'a [u8],
 }
 
+const CHUNK: usize = 1024;
+
 #[derive(Debug, Default)]
 pub struct Index {
-    entries: Vec<Entry>,
+    chunks: Vec<Box<[Entry]>>,
+    len: u32,
     free: Vec<u32>,
-    timers: BTreeSet<(Ms, u32)>,
+    /// The first entry of each scheduled time's list.
+    times: BTreeMap<Ms, u32>,
     live: usize,
+    scheduled: usize,
 }
 
 impl Index {
+    fn at(&self, id: u32) -> &Entry {
+        &self.chunks[id as usize / CHUNK][id as usize % CHUNK]
+    }
+
+    fn at_mut(&mut self, id: u32) -> &mut Entry {
+        &mut self.chunks[id as usize / CHUNK][id as usize % CHUNK]
+    }
+
     /// A new entry for the key `name` in `db`.
     pub fn attach(&mut self, db: i32, name: &[u8]) -> Slot {
         self.live += 1;
-        let name = Some(Box::<[u8]>::from(name));
-        if let Some(id) = self.free.pop() {
-            let e = &mut self.entries[id as usize];
-            e.gen = e.gen.wrapping_add(1).max(1);
-            e.db = db;
-            e.when = 0;
-            e.name = name;
-            return Slot { id, gen: e.gen };
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                let id = self.len;
+                if id as usize == self.chunks.len() * CHUNK {
+                    let chunk = (0..CHUNK).map(|_| Entry {
+                        gen: 0,
+                        db: 0,
+                        when: 0,
+                        prev: NIL,
+                        next: NIL,
+                        name: Name::Free,
+                    });
+                    self.chunks.push(chunk.collect());
+                }
+                self.len += 1;
+                id
+            }
+        };
+        let e = self.at_mut(id);
+        e.gen = e.gen.wrapping_add(1).max(1);
+        e.db = db;
+        e.when = 0;
+        e.name = Name::new(name);
+        Slot { id, gen: e.gen }
+    }
+
+    fn live_id(&self, slot: Slot) -> Option<u32> {
+        if slot.is_none() || slot.id >= self.len {
+            return None;
         }
-        let id = self.entries.len() as u32;
-        self.entries.push(Entry {
-            gen: 1,
-            db,
-            when: 0,
-            name,
-        });
-        Slot { id, gen: 1 }
-    }
-
-    fn entry(&self, slot: Slot) -> Option<&Entry> {
-        let e = self.entries.get(slot.id as usize)?;
-        (e.gen == slot.gen && e.name.is_some() && !slot.is_none()).then_some(e)
-    }
-
-    fn entry_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
-        let e = self.entries.get_mut(slot.id as usize)?;
-        (e.gen == slot.gen && e.name.is_some() && !slot.is_none()).then_some(e)
+        let e = self.at(slot.id);
+        (e.gen == slot.gen && e.name.bytes().is_some()).then_some(slot.id)
     }
 
     /// Whether `slot` names a live entry.
     #[cfg(test)]
     pub fn contains(&self, slot: Slot) -> bool {
-        self.entry(slot).is_some()
+        self.live_id(slot).is_some()
     }
 
     /// Where the slot's key lives.
     pub fn place(&self, slot: Slot) -> Option<Place<'_>> {
-        let e = self.entry(slot)?;
+        let e = self.at(self.live_id(slot)?);
         Some(Place {
             db: e.db,
-            name: e.name.as_deref()?,
+            name: e.name.bytes()?,
         })
     }
 
@@ -105,65 +173,101 @@ impl Index {
 
     /// Frees the entry (no-op for a stale handle); true if it was live.
     pub fn detach(&mut self, slot: Slot) -> bool {
-        let Some(e) = self.entry_mut(slot) else {
+        let Some(id) = self.live_id(slot) else {
             return false;
         };
-        let when = std::mem::take(&mut e.when);
-        e.name = None;
-        if when != 0 {
-            self.timers.remove(&(when, slot.id));
-        }
-        self.free.push(slot.id);
+        self.unschedule(id);
+        self.at_mut(id).name = Name::Free;
+        self.free.push(id);
         self.live -= 1;
         true
     }
 
+    fn unschedule(&mut self, id: u32) {
+        let (when, prev, next) = {
+            let e = self.at(id);
+            (e.when, e.prev, e.next)
+        };
+        if when == 0 {
+            return;
+        }
+        if prev == NIL {
+            match next {
+                NIL => self.times.remove(&when),
+                n => self.times.insert(when, n),
+            };
+        } else {
+            self.at_mut(prev).next = next;
+        }
+        if next != NIL {
+            self.at_mut(next).prev = prev;
+        }
+        let e = self.at_mut(id);
+        e.when = 0;
+        e.prev = NIL;
+        e.next = NIL;
+        self.scheduled -= 1;
+    }
+
     /// Makes the timer look at the slot's key at `when` (`None`: not at all).
     pub fn schedule(&mut self, slot: Slot, when: Option<Ms>) {
-        let Some(e) = self.entry_mut(slot) else {
+        let Some(id) = self.live_id(slot) else {
             return;
         };
         let new = when.unwrap_or(0);
-        let old = std::mem::replace(&mut e.when, new);
-        if old == new {
+        if self.at(id).when == new {
             return;
         }
-        if old != 0 {
-            self.timers.remove(&(old, slot.id));
+        self.unschedule(id);
+        if new == 0 {
+            return;
         }
-        if new != 0 {
-            self.timers.insert((new, slot.id));
+        let head = self.times.insert(new, id).unwrap_or(NIL);
+        if head != NIL {
+            self.at_mut(head).prev = id;
         }
+        let e = self.at_mut(id);
+        e.when = new;
+        e.prev = NIL;
+        e.next = head;
+        self.scheduled += 1;
     }
 
     /// The earliest scheduled time.
     pub fn first_due(&self) -> Option<Ms> {
-        self.timers.first().map(|t| t.0)
+        self.times.keys().next().copied()
     }
 
     /// Takes the earliest entry due at or before `now` off the schedule.
     pub fn pop_due(&mut self, now: Ms) -> Option<Slot> {
-        let &(when, id) = self.timers.first()?;
+        let (&when, &id) = self.times.iter().next()?;
         if when > now {
             return None;
         }
-        self.timers.pop_first();
-        let e = &mut self.entries[id as usize];
-        e.when = 0;
-        Some(Slot { id, gen: e.gen })
+        self.unschedule(id);
+        Some(Slot {
+            id,
+            gen: self.at(id).gen,
+        })
     }
 
     /// The key moved to `name` in `db` (RENAME, MOVE).
     pub fn relocate(&mut self, slot: Slot, db: i32, name: &[u8]) {
-        if let Some(e) = self.entry_mut(slot) {
+        if let Some(id) = self.live_id(slot) {
+            let e = self.at_mut(id);
             e.db = db;
-            e.name = Some(name.into());
+            e.name = Name::new(name);
         }
+    }
+
+    fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        let len = self.len as usize;
+        self.chunks.iter_mut().flat_map(|c| c.iter_mut()).take(len)
     }
 
     /// `SWAPDB a b`: every key of one db is now in the other.
     pub fn swap_dbs(&mut self, a: i32, b: i32) {
-        for e in self.entries.iter_mut().filter(|e| e.name.is_some()) {
+        for e in self.entries_mut().filter(|e| e.name.bytes().is_some()) {
             if e.db == a {
                 e.db = b;
             } else if e.db == b {
@@ -174,13 +278,14 @@ impl Index {
 
     /// Every live slot in `db` (`None`: in every db).
     pub fn slots_in(&self, db: Option<i32>) -> Vec<Slot> {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.name.is_some() && db.is_none_or(|d| d == e.db))
-            .map(|(id, e)| Slot {
-                id: id as u32,
-                gen: e.gen,
+        (0..self.len)
+            .filter(|id| {
+                let e = self.at(*id);
+                e.name.bytes().is_some() && db.is_none_or(|d| d == e.db)
+            })
+            .map(|id| Slot {
+                id,
+                gen: self.at(id).gen,
             })
             .collect()
     }
@@ -192,19 +297,15 @@ impl Index {
 
     /// How many entries are scheduled.
     pub fn scheduled(&self) -> usize {
-        self.timers.len()
+        self.scheduled
     }
 
-    /// Heap bytes held (for INFO): the entry table, the names and the schedule.
+    /// Heap bytes held (for INFO): the chunks, long names, the free list and the times.
     pub fn heap_bytes(&self) -> usize {
-        let names: usize = self
-            .entries
-            .iter()
-            .filter_map(|e| e.name.as_ref().map(|n| n.len().max(8)))
-            .sum();
-        self.entries.capacity() * std::mem::size_of::<Entry>()
+        let names: usize = (0..self.len).map(|id| self.at(id).name.heap_len()).sum();
+        self.chunks.len() * CHUNK * std::mem::size_of::<Entry>()
             + self.free.capacity() * 4
-            + self.timers.len() * 24
+            + self.times.len() * 32
             + names
     }
 }
@@ -242,5 +343,46 @@ mod tests {
         assert_eq!(ix.scheduled(), 0);
         assert_eq!(ix.slots_in(Some(0)), vec![c, b]);
         assert!(!ix.contains(Slot::NONE));
+    }
+
+    #[test]
+    fn many_keys_at_one_time_and_long_names() {
+        let mut ix = Index::default();
+        let long = vec![b'k'; 100];
+        let slots: Vec<Slot> = (0..3000u32)
+            .map(|i| {
+                let name = if i % 7 == 0 {
+                    long.clone()
+                } else {
+                    i.to_string().into_bytes()
+                };
+                let s = ix.attach(0, &name);
+                ix.schedule(s, Some(100 + u64::from(i % 3)));
+                s
+            })
+            .collect();
+        assert_eq!(ix.scheduled(), 3000);
+        assert_eq!(ix.place(slots[7]).map(|p| p.name.len()), Some(100));
+        // Unlink from the middle, the head and the tail of one time's list.
+        for s in slots.iter().step_by(5) {
+            ix.schedule(*s, None);
+        }
+        for s in slots.iter().skip(1).step_by(5) {
+            assert!(ix.detach(*s));
+        }
+        let mut seen = 0;
+        let mut last = 0;
+        while let Some(s) = ix.pop_due(1000) {
+            let i = slots.iter().position(|x| *x == s).unwrap();
+            assert!(i % 5 >= 2, "{i} was unscheduled or detached");
+            let when = 100 + (i as u64 % 3);
+            assert!(when >= last, "popped out of time order");
+            last = when;
+            seen += 1;
+        }
+        assert_eq!(seen, 3000 * 3 / 5);
+        assert_eq!(ix.scheduled(), 0);
+        assert_eq!(ix.first_due(), None);
+        assert_eq!(ix.len(), 3000 - 600);
     }
 }

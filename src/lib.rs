@@ -24,6 +24,7 @@ mod config;
 mod index;
 mod parse;
 mod registry;
+mod slot;
 mod state;
 mod text;
 mod validate;

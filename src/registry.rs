@@ -103,6 +103,11 @@ impl Registry {
         self.cancels.iter().filter(|(s, _)| *s == slot).count()
     }
 
+    /// The keys of departed waiters still queued.
+    pub fn cancel_slots(&self) -> Vec<Slot> {
+        self.cancels.iter().map(|(s, _)| *s).collect()
+    }
+
     /// Every departed waiter, by key.
     pub fn take_cancels(&mut self) -> Vec<(Slot, u64)> {
         std::mem::take(&mut self.cancels)

@@ -74,6 +74,14 @@ where
     }
     let before = v.core.lock().holder_count();
     let (changes, ()) = run(v, (db, name), |core, env| (core.tick(env), ()));
-    commit::<K>(key, before, changes, Origin::Here { owner: None });
+    commit::<K>(
+        key,
+        before,
+        changes,
+        Origin::Here {
+            owner: None,
+            own: false,
+        },
+    );
     true
 }

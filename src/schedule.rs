@@ -29,15 +29,18 @@ pub fn arm(at: Ms) {
     let Some(fire) = FIRE.get().copied() else {
         return;
     };
-    let stop = state::with(|s| match s.timer {
-        Some((_, when)) if when <= at => Err(()),
+    let now = now_ms();
+    // A recorded timer whose time has passed is dead (it fired and its run ended in a
+    // panic before saying so): it no longer counts as armed.
+    let stop = state::with(move |s| match s.timer {
+        Some((_, when)) if when <= at && when >= now => Err(()),
         other => Ok(other.map(|(id, _)| id)),
     });
     let Ok(stop) = stop else { return };
     if let Some(id) = stop {
         timer::stop(id);
     }
-    let period = at.saturating_sub(now_ms()).min(MAX_TIMER_MS);
+    let period = at.saturating_sub(now).min(MAX_TIMER_MS);
     if let Some(id) = timer::create(period, fire) {
         state::with(|s| s.timer = Some((id, at)));
     }
@@ -75,8 +78,13 @@ pub fn relocate(slot: Slot, db: i32, name: &[u8]) {
 
 /// Makes the timer look at `slot`'s key at `when` (`None`: not at all).
 pub fn set(slot: Slot, when: Option<Ms>) {
-    state::with(|s| s.index.schedule(slot, when));
-    if let Some(at) = when {
+    // The timer is re-armed only if it would fire too late for `when`.
+    let now = now_ms();
+    let earlier = state::with(move |s| {
+        s.index.schedule(slot, when);
+        when.filter(|at| s.timer.is_none_or(|(_, t)| *at < t || t < now))
+    });
+    if let Some(at) = earlier {
         arm(at);
     }
 }

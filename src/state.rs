@@ -39,6 +39,20 @@ pub struct Stats {
     pub evictions: u64,
 }
 
+impl Stats {
+    /// Adds the effect counters of `t`.
+    pub fn add_effects(&mut self, t: &Stats) {
+        self.grants_read += t.grants_read;
+        self.grants_write += t.grants_write;
+        self.grants_leader += t.grants_leader;
+        self.grants_semaphore += t.grants_semaphore;
+        self.releases += t.releases;
+        self.renewals += t.renewals;
+        self.lapses += t.lapses;
+        self.resignations += t.resignations;
+    }
+}
+
 /// Grants held back on one key whose live leases were evicted, until they would have lapsed.
 #[derive(Debug, Clone, Copy)]
 pub struct Evicted {

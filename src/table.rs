@@ -5,7 +5,7 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use crate::commands::{leader, rwlock, semaphore};
+use crate::commands::{exec, leader, rwlock, semaphore};
 use crate::ffi::command::{self, Spec};
 
 macro_rules! spec {
@@ -74,6 +74,9 @@ pub static COMMANDS: &[Spec] = &[
     spec!(c"semaphore.info", semaphore::info, c"readonly", 2, None,
         c"Shows the limit, permits used, holders, waiters and last token of a semaphore.",
         c"O(N) where N is the number of holders"),
+    spec!(c"lease.exec", exec::exec, c"write", -4, None,
+        c"Runs a command only while the hold with the given token is live on the key, atomically with the check (a write fenced inside Redis).",
+        c"O(1) plus the command's own complexity"),
     spec!(c"lease.apply", crate::apply::apply, c"write", -3, None,
         c"Internal: applies the effects a master decided (replication and AOF only).",
         c"O(N) where N is the number of effects"),

@@ -8,7 +8,7 @@ use crate::clock::now_ms;
 use crate::commit::{commit, run, Origin};
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed};
-use crate::ffi::timer;
+use crate::ffi::{guard, timer};
 use crate::index::Slot;
 use crate::value::{Saved, Stored};
 use crate::visit::{visit, Visitor};
@@ -35,15 +35,17 @@ pub fn fire(ctx: &Ctx) {
     if !ctx.loading() {
         orphans::answer_gone();
     }
+    // Each key under its own guard: a bug on one key does not stop the others, and the
+    // timer is armed again whatever happened.
     for (slot, id) in waiters::take_cancels() {
-        on_slot(ctx, slot, Some(id));
+        guard::callback("a waiter's departure", || on_slot(ctx, slot, Some(id)));
     }
     let mut handled = 0;
     while handled < KEYS_PER_TURN {
         let Some(slot) = schedule::pop_due(now) else {
             break;
         };
-        on_slot(ctx, slot, None);
+        guard::callback("a key's wake-up", || on_slot(ctx, slot, None));
         handled += 1;
     }
     let next = if handled == KEYS_PER_TURN {
@@ -85,7 +87,15 @@ impl Visitor for Tick {
             Some(id) => (core.cancel(id, env).0, ()),
             None => (core.tick(env), ()),
         });
-        commit::<K>(key, before, changes, Origin::Here { owner: None });
+        commit::<K>(
+            key,
+            before,
+            changes,
+            Origin::Here {
+                owner: None,
+                own: false,
+            },
+        );
     }
 }
 

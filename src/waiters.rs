@@ -142,11 +142,6 @@ fn leave(client: usize) {
     }
 }
 
-/// The waiters of `slot`'s key that left but are still in its queue.
-pub fn take_cancels_of(slot: Slot) -> Vec<u64> {
-    state::with(|s| s.waiters.take_cancels_of(slot))
-}
-
 /// How many of `slot`'s queued waiters already left.
 pub fn cancels_of(slot: Slot) -> usize {
     state::with(|s| s.waiters.cancels_of(slot))

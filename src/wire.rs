@@ -8,7 +8,7 @@
 //! AOF without an RDB preamble keeps it too). Pure: encoding and parsing are tested here, the
 //! C API layer only turns [`Arg`]s into Redis strings.
 
-use redis_lease_core::{DropReason, Effect, Hold, Kind, Mode};
+use redis_lease_core::{DropReason, Effect, Hold, Id, Kind, Mode};
 
 use crate::parse;
 use crate::validate::{DEADLINE_CEILING, TOKEN_CEILING};
@@ -164,7 +164,7 @@ pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
 #[derive(Debug, PartialEq)]
 pub enum Op {
     Effect(Effect),
-    Hold(Box<[u8]>, Hold),
+    Hold(Id, Hold),
     Last(u64),
     High(u64),
 }
@@ -184,7 +184,7 @@ fn count(arg: Option<&&[u8]>, what: &str) -> Result<u32, String> {
     number(arg, what, u32::MAX.into()).map(|n| n as u32)
 }
 
-fn owner(arg: Option<&&[u8]>) -> Result<Box<[u8]>, String> {
+fn owner(arg: Option<&&[u8]>) -> Result<Id, String> {
     match arg {
         Some(a) if !a.is_empty() => Ok((*a).into()),
         _ => Err(bad("missing or empty owner")),
@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn what_a_master_encodes_a_replica_parses_back() {
-        let o = |s: &str| s.as_bytes().to_vec().into_boxed_slice();
+        let o = |s: &str| Id::from(s);
         let effects = vec![
             Effect::Grant {
                 owner: o("a"),

@@ -5,16 +5,16 @@
 
 use std::time::Duration;
 
-use redis_lease_client::{Connector, LeaderElector, LeaderObserver};
+use redis_lease_client::Client;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-    let conn = Connector::open(&url).await?;
+    let client = Client::open(&url).await?;
     let key = "example:scheduler";
 
     // An observer reports every change of leader (keyspace notifications, no polling).
-    let mut observer = LeaderObserver::start(&conn, key).await?;
+    let mut observer = client.observe(key, Default::default()).await?;
     let follow = tokio::spawn(async move {
         while let Ok(change) = observer.changed().await {
             match change {
@@ -26,9 +26,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut elections = Vec::new();
     for name in ["alpha", "beta", "gamma"] {
-        let election = LeaderElector::new(&conn, key)
+        let election = client
+            .elector(key)
             .with_candidate(name)
-            .with_ttl(Duration::from_secs(2))
+            .with_ttl(Duration::from_secs(2))?
             .start();
         elections.push(election);
     }

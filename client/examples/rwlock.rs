@@ -6,19 +6,21 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_lease_client::{Connector, RwLock};
+use redis_lease_client::{Client, LockMode, Wait};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-    let conn = Connector::open(&url).await?;
-    let lock = RwLock::new(&conn, "example:counter:lock").with_ttl(Duration::from_secs(5));
-    let client = redis::Client::open(url.as_str())?;
+    let client = Client::open(&url).await?;
+    let lock = client
+        .rwlock("example:counter:lock")
+        .with_ttl(Duration::from_secs(5))?;
+    let data_client = redis::Client::open(url.as_str())?;
 
     let mut tasks = Vec::new();
     for worker in 0..4 {
         let lock = lock.clone();
-        let mut data = client.get_multiplexed_async_connection().await?;
+        let mut data = data_client.get_multiplexed_async_connection().await?;
         tasks.push(tokio::spawn(async move {
             for _ in 0..10 {
                 // Exclusive: one writer at a time, in arrival order.
@@ -45,6 +47,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     a.release().await?;
     b.release().await?;
 
+    // Write, then downgrade to keep reading what was written while other readers join.
+    let mut guard = lock.write().await?;
+    guard.downgrade().await?;
+    let reader = lock
+        .try_read()
+        .await?
+        .expect("readers join after the downgrade");
+    println!("after the downgrade: {:?}", lock.info().await?.mode);
+    reader.release().await?;
+    // And back up: the only reader upgrades at once.
+    assert!(guard.upgrade(Wait::No).await?);
+    assert_eq!(guard.mode(), LockMode::Write);
+    guard.release().await?;
+
     // A long critical section: the watchdog renews the lease; stop if it is lost.
     let guard = lock.write().await?;
     tokio::select! {
@@ -53,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     guard.release().await?;
 
-    let mut data = client.get_multiplexed_async_connection().await?;
+    let mut data = data_client.get_multiplexed_async_connection().await?;
     let v: i64 = data.get("example:counter").await?;
     println!("counter = {v}");
     Ok(())

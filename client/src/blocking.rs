@@ -10,7 +10,7 @@
 //! use redis_lease_client::blocking::Client;
 //!
 //! let client = Client::open("redis://127.0.0.1/")?;
-//! let lock = client.rwlock("reports").with_ttl(Duration::from_secs(5));
+//! let lock = client.rwlock("reports").with_ttl(Duration::from_secs(5))?;
 //! let guard = lock.write()?;
 //! println!("token {}", guard.token());
 //! guard.release()?;
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 use crate::{
-    Connector, ElectionOptions, LeaderInfo, Leadership, LeaseStatus, LockInfo, LockMode,
-    LockOptions, LossReason, ObserverOptions, Result, Wait,
+    ElectionOptions, LeaderInfo, Leadership, LeaseStatus, LockInfo, LockMode, LockOptions,
+    LossReason, ObserverOptions, Result, Wait,
 };
 
 fn runtime() -> Result<Arc<Runtime>> {
@@ -37,7 +37,7 @@ fn runtime() -> Result<Arc<Runtime>> {
     ))
 }
 
-/// Entry point of the blocking API: a [`Connector`] plus the runtime that drives it.
+/// Entry point of the blocking API: an async [`crate::Client`] plus the runtime that drives it.
 ///
 /// ```no_run
 /// # fn main() -> redis_lease_client::Result<()> {
@@ -47,7 +47,7 @@ fn runtime() -> Result<Arc<Runtime>> {
 #[derive(Clone)]
 pub struct Client {
     rt: Arc<Runtime>,
-    conn: Connector,
+    conn: crate::Client,
 }
 
 impl std::fmt::Debug for Client {
@@ -57,7 +57,8 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to one server given by a URL.
+    /// Connects given a URL: one server (`redis://`) or the master of a Sentinel group
+    /// (`redis+sentinel://`), as [`crate::Client::open`].
     ///
     /// ```no_run
     /// # fn main() -> redis_lease_client::Result<()> {
@@ -66,7 +67,7 @@ impl Client {
     /// ```
     pub fn open(url: &str) -> Result<Client> {
         let rt = runtime()?;
-        let conn = rt.block_on(Connector::open(url))?;
+        let conn = rt.block_on(crate::Client::open(url))?;
         Ok(Client { rt, conn })
     }
 
@@ -81,16 +82,16 @@ impl Client {
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<Client> {
         let rt = runtime()?;
-        let conn = rt.block_on(Connector::cluster(nodes))?;
+        let conn = rt.block_on(crate::Client::cluster(nodes))?;
         Ok(Client { rt, conn })
     }
 
-    /// The async connector inside.
+    /// The async client inside.
     ///
     /// ```no_run
-    /// # fn f(c: &redis_lease_client::blocking::Client) { let conn = c.connector(); }
+    /// # fn f(c: &redis_lease_client::blocking::Client) { let inner = c.async_client(); }
     /// ```
-    pub fn connector(&self) -> &Connector {
+    pub fn async_client(&self) -> &crate::Client {
         &self.conn
     }
 
@@ -99,10 +100,10 @@ impl Client {
     /// ```no_run
     /// # fn f(c: &redis_lease_client::blocking::Client) { let lock = c.rwlock("k"); }
     /// ```
-    pub fn rwlock(&self, key: &str) -> RwLock {
+    pub fn rwlock(&self, key: impl Into<String>) -> RwLock {
         RwLock {
             rt: self.rt.clone(),
-            inner: crate::RwLock::new(&self.conn, key),
+            inner: self.conn.rwlock(key),
         }
     }
 
@@ -111,10 +112,10 @@ impl Client {
     /// ```no_run
     /// # fn f(c: &redis_lease_client::blocking::Client) { let e = c.elector("k"); }
     /// ```
-    pub fn elector(&self, key: &str) -> LeaderElector {
+    pub fn elector(&self, key: impl Into<String>) -> LeaderElector {
         LeaderElector {
             rt: self.rt.clone(),
-            inner: crate::LeaderElector::new(&self.conn, key),
+            inner: self.conn.elector(key),
         }
     }
 
@@ -126,7 +127,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn current_leader(&self, key: &str) -> Result<Option<LeaderInfo>> {
-        self.rt.block_on(crate::current_leader(&self.conn, key))
+        self.rt.block_on(self.conn.current_leader(key))
     }
 
     /// Follows who leads the election on `key`.
@@ -137,9 +138,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn observe(&self, key: &str, opts: ObserverOptions) -> Result<LeaderObserver> {
-        let inner = self
-            .rt
-            .block_on(crate::LeaderObserver::start_with(&self.conn, key, opts))?;
+        let inner = self.rt.block_on(self.conn.observe(key, opts))?;
         Ok(LeaderObserver {
             rt: self.rt.clone(),
             inner,
@@ -165,12 +164,24 @@ impl RwLock {
     /// See [`crate::RwLock::with_ttl`].
     ///
     /// ```no_run
+    /// # fn f(c: &redis_lease_client::blocking::Client) -> redis_lease_client::Result<()> {
+    /// let lock = c.rwlock("k").with_ttl(std::time::Duration::from_secs(3))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<RwLock> {
+        self.inner = self.inner.with_ttl(ttl)?;
+        Ok(self)
+    }
+
+    /// See [`crate::RwLock::with_replicas`].
+    ///
+    /// ```no_run
     /// # fn f(c: &redis_lease_client::blocking::Client) {
-    /// let lock = c.rwlock("k").with_ttl(std::time::Duration::from_secs(3));
+    /// let lock = c.rwlock("k").with_replicas(1);
     /// # }
     /// ```
-    pub fn with_ttl(mut self, ttl: Duration) -> RwLock {
-        self.inner = self.inner.with_ttl(ttl);
+    pub fn with_replicas(mut self, replicas: u32) -> RwLock {
+        self.inner = self.inner.with_replicas(replicas);
         self
     }
 
@@ -337,6 +348,41 @@ impl LockGuard {
         self.g().owner()
     }
 
+    /// The mode held.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::blocking::LockGuard) { println!("{}", g.mode()); }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        self.g().mode()
+    }
+
+    /// See [`crate::LockGuard::upgrade`].
+    ///
+    /// ```no_run
+    /// # fn f(mut g: redis_lease_client::blocking::LockGuard) -> redis_lease_client::Result<()> {
+    /// let upgraded = g.upgrade(redis_lease_client::Wait::No)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn upgrade(&mut self, wait: Wait) -> Result<bool> {
+        let rt = self.rt.clone();
+        let g = self.inner.as_mut().expect("guard present until release");
+        rt.block_on(g.upgrade(wait))
+    }
+
+    /// See [`crate::LockGuard::downgrade`].
+    ///
+    /// ```no_run
+    /// # fn f(mut g: redis_lease_client::blocking::LockGuard) -> redis_lease_client::Result<()> {
+    /// g.downgrade()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn downgrade(&mut self) -> Result<()> {
+        let rt = self.rt.clone();
+        let g = self.inner.as_mut().expect("guard present until release");
+        rt.block_on(g.downgrade())
+    }
+
     /// The lease status.
     ///
     /// ```no_run
@@ -408,7 +454,7 @@ impl Drop for LockGuard {
 ///
 /// ```no_run
 /// # fn f(c: &redis_lease_client::blocking::Client) -> redis_lease_client::Result<()> {
-/// let election = c.elector("jobs").with_ttl(std::time::Duration::from_secs(3)).start();
+/// let election = c.elector("jobs").with_ttl(std::time::Duration::from_secs(3))?.start();
 /// let term = election.wait_leader(None)?;
 /// # Ok(()) }
 /// ```
@@ -432,10 +478,22 @@ impl LeaderElector {
     /// See [`crate::LeaderElector::with_ttl`].
     ///
     /// ```no_run
-    /// # fn f(c: &redis_lease_client::blocking::Client) { let e = c.elector("k").with_ttl(std::time::Duration::from_secs(2)); }
+    /// # fn f(c: &redis_lease_client::blocking::Client) -> redis_lease_client::Result<()> {
+    /// let e = c.elector("k").with_ttl(std::time::Duration::from_secs(2))?;
+    /// # Ok(()) }
     /// ```
-    pub fn with_ttl(mut self, ttl: Duration) -> LeaderElector {
-        self.inner = self.inner.with_ttl(ttl);
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<LeaderElector> {
+        self.inner = self.inner.with_ttl(ttl)?;
+        Ok(self)
+    }
+
+    /// See [`crate::LeaderElector::with_replicas`].
+    ///
+    /// ```no_run
+    /// # fn f(c: &redis_lease_client::blocking::Client) { let e = c.elector("k").with_replicas(1); }
+    /// ```
+    pub fn with_replicas(mut self, replicas: u32) -> LeaderElector {
+        self.inner = self.inner.with_replicas(replicas);
         self
     }
 

@@ -1,4 +1,4 @@
-//! The error type of this crate.
+//! The error types of this crate.
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use std::time::Duration;
 ///     match e {
 ///         Error::Deadlock(_) => "two readers tried to upgrade at once",
 ///         Error::LockGone(_) => "the key was deleted while we waited",
+///         Error::NotReplicated { .. } => "too few replicas confirmed the grant",
 ///         Error::Unavailable { .. } => "redis could not be reached in time",
 ///         _ => "something else",
 ///     }
@@ -52,22 +53,141 @@ pub enum Error {
         last: redis::RedisError,
     },
 
+    /// A grant was made, but fewer replicas than asked for
+    /// ([`LockOptions::replicas`](crate::LockOptions::replicas)) confirmed it in time, so a
+    /// failover could lose it. The client released it.
+    #[error("the grant reached {acked} replica(s), {wanted} were asked for; it was released")]
+    NotReplicated {
+        /// How many replicas confirmed the grant (`WAIT`'s answer).
+        acked: u32,
+        /// How many were asked for.
+        wanted: u32,
+    },
+
     /// The server answered something this client does not understand (a contract mismatch).
     #[error("unexpected reply from the server: {0}")]
     Protocol(String),
 
-    /// An argument was rejected before anything was sent (for example a ttl of zero).
+    /// An argument was rejected before anything was sent.
     #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    InvalidArgument(#[from] InvalidArgument),
 
     /// The lease was lost: it could no longer be renewed before it would lapse, or the server
     /// answered that the owner holds nothing any more.
     #[error("lease lost: {0}")]
     LeaseLost(crate::LossReason),
 
+    /// The campaign of an [`Election`](crate::Election) stopped for good.
+    #[error("campaign stopped: {0}")]
+    CampaignStopped(CampaignError),
+
+    /// The background task of a [`LeaderObserver`](crate::LeaderObserver) is gone.
+    #[error("the leader observer stopped")]
+    ObserverStopped,
+
     /// The blocking API could not start its runtime, or an I/O error outside redis.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Bad input, refused before anything is sent.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lease_client::{Error, InvalidArgument, LeaseTiming};
+///
+/// let err = LeaseTiming::new(Duration::ZERO).unwrap_err();
+/// assert!(matches!(err, Error::InvalidArgument(InvalidArgument::Ttl(_))));
+/// ```
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidArgument {
+    /// A ttl below 1 ms.
+    #[error("the ttl {0:?} is below 1 ms")]
+    Ttl(Duration),
+    /// A renewal period below 1 ms, or one that leaves no room before the lease's validity bound.
+    #[error(
+        "renew_every {renew_every:?} must be at least 1 ms and leave the drift margin {margin:?} of the ttl {ttl:?}"
+    )]
+    RenewEvery {
+        /// The renewal period asked for.
+        renew_every: Duration,
+        /// The drift margin.
+        margin: Duration,
+        /// The ttl.
+        ttl: Duration,
+    },
+    /// A drift factor that is not a number from 0 to 0.5, or a margin that leaves nothing of
+    /// the ttl.
+    #[error("the drift margin ({factor} of the ttl + {floor:?}) does not fit the ttl {ttl:?}")]
+    Drift {
+        /// The share of the ttl.
+        factor: f64,
+        /// The fixed part.
+        floor: Duration,
+        /// The ttl.
+        ttl: Duration,
+    },
+    /// A lock mode other than `read` or `write`.
+    #[error("unknown lock mode {0:?} (read or write)")]
+    UnknownMode(String),
+    /// No node was given (a cluster or a sentinel list).
+    #[error("no node given")]
+    NoNodes,
+    /// A URL this crate cannot use.
+    #[error("bad url {url:?}: {reason}")]
+    Url {
+        /// The URL (without its password).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A setting this kind of connection cannot honour.
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+/// Why a campaign stopped for good ([`Leadership::error`](crate::Leadership::error)).
+///
+/// ```
+/// use redis_lease_client::CampaignError;
+/// let e = CampaignError::Refused { code: "WRONGTYPE".into(), message: "WRONGTYPE ...".into() };
+/// assert!(e.to_string().contains("WRONGTYPE"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CampaignError {
+    /// The server refused the campaign with an error that retrying cannot fix (`WRONGTYPE`,
+    /// `NOPERM`, an unknown command because the module is not loaded, ...).
+    #[error("refused by the server: {message}")]
+    Refused {
+        /// The error code (the first word of the reply, e.g. `WRONGTYPE`).
+        code: String,
+        /// The whole error.
+        message: String,
+    },
+    /// The server answered something this client does not understand.
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+    /// The campaign task ended without a word (it panicked, or the runtime shut down).
+    #[error("the campaign task ended")]
+    Ended,
+}
+
+impl CampaignError {
+    pub(crate) fn from_error(e: Error) -> CampaignError {
+        match e {
+            Error::Redis(r) => CampaignError::Refused {
+                code: r.code().unwrap_or("ERR").to_string(),
+                message: r.to_string(),
+            },
+            Error::Protocol(p) => CampaignError::Protocol(p),
+            other => CampaignError::Refused {
+                code: "ERR".into(),
+                message: other.to_string(),
+            },
+        }
+    }
 }
 
 /// `Result` with this crate's [`Error`].

@@ -7,20 +7,24 @@ use redis::Value;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::conn::Connector;
-use crate::lease::{self, renew_once, LeaseStatus, LeaseTiming, LossReason, Renewal};
-use crate::lock::query_retry;
+use crate::acquire::ServerWait;
+use crate::client::Client;
+use crate::drive::send_acquire;
+use crate::lease::{
+    self, renew_once, Acks, LeaseStatus, LeaseTiming, LossReason, Renewal, Renewer,
+};
 use crate::reply;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
-use crate::{Error, Result};
+use crate::{CampaignError, Error, Result};
 
 /// Settings of a [`LeaderElector`].
 ///
 /// ```
 /// use std::time::Duration;
 /// use redis_lease_client::{ElectionOptions, LeaseTiming};
-/// let opts = ElectionOptions { timing: LeaseTiming::new(Duration::from_secs(2)), ..Default::default() };
+/// let opts = ElectionOptions { timing: LeaseTiming::new(Duration::from_secs(2))?, ..Default::default() };
 /// assert_eq!(opts.campaign_wait, Duration::from_secs(30));
+/// # Ok::<(), redis_lease_client::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ElectionOptions {
@@ -32,14 +36,23 @@ pub struct ElectionOptions {
     /// candidate asks again (default 30 s). Bounds how long a silently dead connection can go
     /// unnoticed.
     pub campaign_wait: Duration,
+    /// How many replicas must acknowledge each win and renewal before it counts (default 0:
+    /// none), as [`LockOptions::replicas`](crate::LockOptions::replicas). A win too few
+    /// acknowledged is resigned and campaigned for again; a leader whose renewals stop
+    /// reaching enough replicas steps down when its last confirmed bound passes.
+    pub replicas: u32,
+    /// How long each `WAIT` for replicas may take (default 1 s).
+    pub replica_timeout: Duration,
 }
 
 impl Default for ElectionOptions {
     fn default() -> Self {
         ElectionOptions {
-            timing: LeaseTiming::new(Duration::from_secs(10)),
+            timing: LeaseTiming::default(),
             retry: RetryPolicy::default(),
             campaign_wait: Duration::from_secs(30),
+            replicas: 0,
+            replica_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -78,19 +91,44 @@ impl LeaderInfo {
     }
 }
 
-/// Reads `LEADER.CURRENT key`.
-///
-/// ```no_run
-/// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
-/// match redis_lease_client::current_leader(&conn, "jobs").await? {
-///     Some(l) => println!("{} leads (term {})", l.candidate, l.term),
-///     None => println!("nobody leads"),
-/// }
-/// # Ok(()) }
-/// ```
-pub async fn current_leader(conn: &Connector, key: &str) -> Result<Option<LeaderInfo>> {
-    let cmd = redis::cmd("LEADER.CURRENT").arg(key).to_owned();
-    LeaderInfo::parse(query_retry(conn, &cmd, None, RetryPolicy::default()).await?)
+impl Client {
+    /// A candidate for the election on `key`, with a fresh UUIDv4 id and default options.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// let election = client.elector("scheduler").start();
+    /// # }
+    /// ```
+    pub fn elector(&self, key: impl Into<String>) -> LeaderElector {
+        LeaderElector::new(self, key)
+    }
+
+    /// Who leads the election on `key` (`LEADER.CURRENT`, with retries of transient failures).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) -> redis_lease_client::Result<()> {
+    /// match client.current_leader("jobs").await? {
+    ///     Some(l) => println!("{} leads (term {})", l.candidate, l.term),
+    ///     None => println!("nobody leads"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn current_leader(&self, key: &str) -> Result<Option<LeaderInfo>> {
+        let cmd = redis::cmd("LEADER.CURRENT").arg(key).to_owned();
+        LeaderInfo::parse(self.query_retry(&cmd, None, RetryPolicy::default()).await?)
+    }
+
+    /// Follows who leads the election on `key` ([`LeaderObserver`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) -> redis_lease_client::Result<()> {
+    /// let mut obs = client.observe("jobs", Default::default()).await?;
+    /// println!("{:?}", obs.changed().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn observe(&self, key: &str, opts: ObserverOptions) -> Result<LeaderObserver> {
+        LeaderObserver::start_with(self, key, opts).await
+    }
 }
 
 /// This candidate's view of its own leadership.
@@ -108,7 +146,7 @@ pub struct Leadership {
     /// While leader: until when the lease is certainly valid.
     pub valid_until: Option<Instant>,
     /// Set when the campaign stopped on a permanent error (for example a WRONGTYPE key).
-    pub error: Option<String>,
+    pub error: Option<CampaignError>,
 }
 
 /// Campaigns for leadership of one key.
@@ -123,10 +161,10 @@ pub struct Leadership {
 /// ```no_run
 /// # async fn demo() -> redis_lease_client::Result<()> {
 /// use std::time::Duration;
-/// use redis_lease_client::{Connector, LeaderElector};
+/// use redis_lease_client::Client;
 ///
-/// let conn = Connector::open("redis://127.0.0.1/").await?;
-/// let election = LeaderElector::new(&conn, "scheduler").with_ttl(Duration::from_secs(3)).start();
+/// let client = Client::open("redis://127.0.0.1/").await?;
+/// let election = client.elector("scheduler").with_ttl(Duration::from_secs(3))?.start();
 /// let term = election.wait_leader().await?;
 /// println!("leading in term {term}");
 /// election.lost().await; // leadership could no longer be proven
@@ -135,23 +173,24 @@ pub struct Leadership {
 /// ```
 #[derive(Clone, Debug)]
 pub struct LeaderElector {
-    conn: Connector,
+    client: Client,
     key: String,
     candidate: String,
     opts: ElectionOptions,
 }
 
 impl LeaderElector {
-    /// A candidate for `key` with a fresh UUIDv4 id and default options (10 s ttl).
+    /// A candidate for `key` with a fresh UUIDv4 id and default options (10 s ttl). Same as
+    /// [`Client::elector`].
     ///
     /// ```no_run
-    /// # fn f(conn: redis_lease_client::Connector) {
-    /// let e = redis_lease_client::LeaderElector::new(&conn, "jobs");
+    /// # fn f(client: redis_lease_client::Client) {
+    /// let e = redis_lease_client::LeaderElector::new(&client, "jobs");
     /// # }
     /// ```
-    pub fn new(conn: &Connector, key: impl Into<String>) -> LeaderElector {
+    pub fn new(client: &Client, key: impl Into<String>) -> LeaderElector {
         LeaderElector {
-            conn: conn.clone(),
+            client: client.clone(),
             key: key.into(),
             candidate: uuid::Uuid::new_v4().to_string(),
             opts: ElectionOptions::default(),
@@ -161,8 +200,8 @@ impl LeaderElector {
     /// Uses `candidate` as the id (instead of a UUIDv4).
     ///
     /// ```no_run
-    /// # fn f(conn: redis_lease_client::Connector) {
-    /// let e = redis_lease_client::LeaderElector::new(&conn, "jobs").with_candidate("host-1");
+    /// # fn f(client: redis_lease_client::Client) {
+    /// let e = client.elector("jobs").with_candidate("host-1");
     /// # }
     /// ```
     pub fn with_candidate(mut self, candidate: impl Into<String>) -> LeaderElector {
@@ -170,24 +209,38 @@ impl LeaderElector {
         self
     }
 
-    /// Sets the lease ttl (and the default timing derived from it).
+    /// Sets the lease ttl (and the default timing derived from it). Fails for a ttl too short
+    /// to renew (see [`LeaseTiming::new`]).
     ///
     /// ```no_run
-    /// # fn f(conn: redis_lease_client::Connector) {
-    /// let e = redis_lease_client::LeaderElector::new(&conn, "jobs").with_ttl(std::time::Duration::from_secs(2));
+    /// # fn f(client: redis_lease_client::Client) -> redis_lease_client::Result<()> {
+    /// let e = client.elector("jobs").with_ttl(std::time::Duration::from_secs(2))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<LeaderElector> {
+        self.opts.timing = LeaseTiming::new(ttl)?;
+        Ok(self)
+    }
+
+    /// Sets how many replicas must acknowledge each win and renewal
+    /// ([`ElectionOptions::replicas`]).
+    ///
+    /// ```no_run
+    /// # fn f(client: redis_lease_client::Client) {
+    /// let e = client.elector("jobs").with_replicas(1);
     /// # }
     /// ```
-    pub fn with_ttl(mut self, ttl: Duration) -> LeaderElector {
-        self.opts.timing = LeaseTiming::new(ttl);
+    pub fn with_replicas(mut self, replicas: u32) -> LeaderElector {
+        self.opts.replicas = replicas;
         self
     }
 
     /// Sets all options.
     ///
     /// ```no_run
-    /// # fn f(conn: redis_lease_client::Connector) {
-    /// use redis_lease_client::{ElectionOptions, LeaderElector};
-    /// let e = LeaderElector::new(&conn, "jobs").with_options(ElectionOptions::default());
+    /// # fn f(client: redis_lease_client::Client) {
+    /// use redis_lease_client::ElectionOptions;
+    /// let e = client.elector("jobs").with_options(ElectionOptions::default());
     /// # }
     /// ```
     pub fn with_options(mut self, opts: ElectionOptions) -> LeaderElector {
@@ -255,67 +308,83 @@ async fn campaign(
 
 async fn campaign_loop(e: &LeaderElector, tx: &watch::Sender<Leadership>) {
     let timing = e.opts.timing;
-    if let Err(err) = timing.check() {
-        tx.send_modify(|l| l.error = Some(err.to_string()));
-        return;
-    }
-    let renew_cmd = redis::cmd("LEADER.RENEW")
-        .arg(&e.key)
-        .arg(&e.candidate)
-        .arg(timing.ttl_ms())
-        .to_owned();
+    let renew = Renewer {
+        cmd: redis::cmd("LEADER.RENEW")
+            .arg(&e.key)
+            .arg(&e.candidate)
+            .arg(timing.ttl_ms())
+            .to_owned(),
+        acks: Acks::new(e.opts.replicas, e.opts.replica_timeout),
+    };
     let wait = e.opts.campaign_wait.max(Duration::from_millis(1));
-    let mut backoff = Backoff::new(e.opts.retry);
+    let stop = |err: Error| {
+        tx.send_modify(|l| l.error = Some(CampaignError::from_error(err)));
+    };
+    let mut backoff = Backoff::new_now(e.opts.retry);
     loop {
         let cmd = redis::cmd("LEADER.CAMPAIGN")
             .arg(&e.key)
             .arg(&e.candidate)
             .arg(timing.ttl_ms())
-            .arg("WAIT")
-            .arg(wait.as_millis() as u64)
             .to_owned();
         let sent = Instant::now();
-        let limit = wait + e.conn.command_timeout();
-        let term = match e.conn.query_dedicated(&cmd, Some(limit)).await {
-            Ok(Value::Nil) => {
-                backoff = Backoff::new(e.opts.retry);
+        let answer = send_acquire(
+            &e.client,
+            cmd,
+            ServerWait::Ms(wait.as_millis().max(1) as u64),
+            &renew,
+        )
+        .await;
+        let (term, acked) = match answer {
+            Ok((Value::Nil, _)) => {
+                backoff = Backoff::new_now(e.opts.retry);
                 continue;
             }
-            Ok(v) => match reply::token(&v) {
-                Ok(t) => t,
-                Err(err) => {
-                    tx.send_modify(|l| l.error = Some(err.to_string()));
-                    return;
-                }
+            Ok((v, acked)) => match reply::token(&v) {
+                Ok(t) => (t, acked),
+                Err(err) => return stop(err),
             },
             Err(err) => {
                 match classify(err) {
                     Failure::Transient { .. } => {
                         // LEADER.CAMPAIGN is idempotent: asking again after a lost reply is safe.
-                        let d = backoff.next_delay(None).unwrap_or_else(|| {
-                            backoff = Backoff::new(e.opts.retry);
+                        let d = backoff.next_delay_now(None).unwrap_or_else(|| {
+                            backoff = Backoff::new_now(e.opts.retry);
                             e.opts.retry.max_delay
                         });
                         tokio::time::sleep(d).await;
                     }
-                    Failure::Fatal(err) => {
-                        tx.send_modify(|l| l.error = Some(err.to_string()));
-                        return;
-                    }
+                    Failure::Fatal(err) => return stop(err),
                 }
                 continue;
             }
         };
-        backoff = Backoff::new(e.opts.retry);
+        if let (Some(a), Some(n)) = (renew.acks, acked) {
+            if n < a.replicas {
+                // Leading on this server, but a failover could lose it: step down, try again.
+                let _ = resign(e).await;
+                e.client.suspect_master().await;
+                let d = backoff
+                    .next_delay_now(None)
+                    .unwrap_or(e.opts.retry.max_delay);
+                tokio::time::sleep(d).await;
+                continue;
+            }
+        }
+        backoff = Backoff::new_now(e.opts.retry);
         let mut last_sent = sent;
         let left = timing
             .valid_until(sent)
             .saturating_duration_since(Instant::now());
-        if left < timing.ttl * 2 / 3 {
-            let until = lease::confirm_deadline(&timing, sent, e.conn.command_timeout());
-            match renew_once(&e.conn, &renew_cmd, until, e.opts.retry).await {
+        if left < timing.ttl() * 2 / 3 {
+            let until = lease::confirm_deadline(&timing, sent, e.client.command_timeout());
+            match renew_once(&e.client, &renew, until, e.opts.retry).await {
                 Renewal::Renewed(at) => last_sent = at,
                 Renewal::Lost(_) => continue,
+                Renewal::Unreplicated { .. } => {
+                    let _ = resign(e).await;
+                    continue;
+                }
             }
         }
         let valid_until = timing.valid_until(last_sent);
@@ -327,8 +396,8 @@ async fn campaign_loop(e: &LeaderElector, tx: &watch::Sender<Leadership>) {
         });
         let (ltx, mut lrx) = watch::channel(LeaseStatus::Held { valid_until });
         let dog = lease::watchdog(
-            e.conn.clone(),
-            renew_cmd.clone(),
+            e.client.clone(),
+            renew.clone(),
             timing,
             e.opts.retry,
             last_sent,
@@ -352,13 +421,32 @@ async fn campaign_loop(e: &LeaderElector, tx: &watch::Sender<Leadership>) {
             l.is_leader = false;
             l.valid_until = None;
         });
+        if reason == LossReason::NotReplicated {
+            // Whatever the server thinks, this candidate no longer acts as leader: let the
+            // next one take over at once.
+            let _ = resign(e).await;
+        }
         if reason != LossReason::Revoked {
             // The server was unreachable or failing: do not hammer it.
-            if let Some(d) = backoff.next_delay(None) {
+            if let Some(d) = backoff.next_delay_now(None) {
                 tokio::time::sleep(d).await;
             }
         }
     }
+}
+
+/// `LEADER.RESIGN`, with retries for at most a ttl. Answers whether this candidate led.
+async fn resign(e: &LeaderElector) -> Result<bool> {
+    let cmd = redis::cmd("LEADER.RESIGN")
+        .arg(&e.key)
+        .arg(&e.candidate)
+        .to_owned();
+    let policy = RetryPolicy {
+        budget: e.opts.timing.ttl(),
+        ..e.opts.retry
+    };
+    let v = e.client.query_retry(&cmd, None, policy).await?;
+    Ok(reply::int(&v) == Some(1))
 }
 
 /// A running campaign (see [`LeaderElector::start`]).
@@ -440,12 +528,12 @@ impl Election {
         let l = rx
             .wait_for(|l| l.is_leader || l.error.is_some())
             .await
-            .map_err(|_| Error::Protocol("the campaign task ended".into()))?
+            .map_err(|_| Error::CampaignStopped(CampaignError::Ended))?
             .clone();
         match (l.error, l.term) {
-            (Some(err), _) => Err(Error::Protocol(format!("campaign stopped: {err}"))),
+            (Some(err), _) => Err(Error::CampaignStopped(err)),
             (None, Some(t)) => Ok(t),
-            (None, None) => Err(Error::Protocol("leader without a term".into())),
+            (None, None) => Err(Error::CampaignStopped(CampaignError::Ended)),
         }
     }
 
@@ -491,17 +579,7 @@ impl Election {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        let e = &self.elector;
-        let cmd = redis::cmd("LEADER.RESIGN")
-            .arg(&e.key)
-            .arg(&e.candidate)
-            .to_owned();
-        let policy = RetryPolicy {
-            budget: e.opts.timing.ttl,
-            ..e.opts.retry
-        };
-        let v = query_retry(&e.conn, &cmd, None, policy).await?;
-        Ok(reply::int(&v) == Some(1))
+        resign(&self.elector).await
     }
 }
 
@@ -514,15 +592,7 @@ impl Drop for Election {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let e = self.elector.clone();
             handle.spawn(async move {
-                let cmd = redis::cmd("LEADER.RESIGN")
-                    .arg(&e.key)
-                    .arg(&e.candidate)
-                    .to_owned();
-                let policy = RetryPolicy {
-                    budget: e.opts.timing.ttl,
-                    ..e.opts.retry
-                };
-                let _ = query_retry(&e.conn, &cmd, None, policy).await;
+                let _ = resign(&e).await;
             });
         }
     }
@@ -565,9 +635,9 @@ impl Default for ObserverOptions {
 /// a read can be coalesced (the latest state is always reported).
 ///
 /// ```no_run
-/// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
+/// # async fn demo(client: redis_lease_client::Client) -> redis_lease_client::Result<()> {
 /// use redis_lease_client::LeaderObserver;
-/// let mut obs = LeaderObserver::start(&conn, "scheduler").await?;
+/// let mut obs = LeaderObserver::start(&client, "scheduler").await?;
 /// println!("now: {:?}", obs.current());
 /// loop {
 ///     match obs.changed().await? {
@@ -587,35 +657,35 @@ impl LeaderObserver {
     /// Starts observing `key` with default options.
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
-    /// let obs = redis_lease_client::LeaderObserver::start(&conn, "jobs").await?;
+    /// # async fn demo(client: redis_lease_client::Client) -> redis_lease_client::Result<()> {
+    /// let obs = redis_lease_client::LeaderObserver::start(&client, "jobs").await?;
     /// # Ok(()) }
     /// ```
-    pub async fn start(conn: &Connector, key: &str) -> Result<LeaderObserver> {
-        LeaderObserver::start_with(conn, key, ObserverOptions::default()).await
+    pub async fn start(client: &Client, key: &str) -> Result<LeaderObserver> {
+        LeaderObserver::start_with(client, key, ObserverOptions::default()).await
     }
 
     /// Starts observing `key`.
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) -> redis_lease_client::Result<()> {
+    /// # async fn demo(client: redis_lease_client::Client) -> redis_lease_client::Result<()> {
     /// use redis_lease_client::{LeaderObserver, ObserverOptions};
     /// let opts = ObserverOptions { configure_notifications: false, ..Default::default() };
-    /// let obs = LeaderObserver::start_with(&conn, "jobs", opts).await?;
+    /// let obs = LeaderObserver::start_with(&client, "jobs", opts).await?;
     /// # Ok(()) }
     /// ```
     pub async fn start_with(
-        conn: &Connector,
+        client: &Client,
         key: &str,
         opts: ObserverOptions,
     ) -> Result<LeaderObserver> {
         if opts.configure_notifications {
-            ensure_notifications(conn).await?;
+            ensure_notifications(client, opts.retry).await?;
         }
-        let events = conn.key_events(key).await?;
-        let first = current_leader(conn, key).await?;
+        let events = client.key_events(key).await?;
+        let first = client.current_leader(key).await?;
         let (tx, rx) = watch::channel(first);
-        let task = tokio::spawn(observe(conn.clone(), key.to_string(), opts, events, tx));
+        let task = tokio::spawn(observe(client.clone(), key.to_string(), opts, events, tx));
         Ok(LeaderObserver { rx, task })
     }
 
@@ -648,7 +718,7 @@ impl LeaderObserver {
         self.rx
             .changed()
             .await
-            .map_err(|_| Error::Protocol("the observer task ended".into()))?;
+            .map_err(|_| Error::ObserverStopped)?;
         Ok(self.rx.borrow_and_update().clone())
     }
 }
@@ -660,14 +730,14 @@ impl Drop for LeaderObserver {
 }
 
 /// Adds the notification classes the observer needs to `notify-keyspace-events`.
-async fn ensure_notifications(conn: &Connector) -> Result<()> {
-    let v = conn
-        .query(
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("notify-keyspace-events"),
-        )
-        .await?;
+/// (With retries of transient failures: just after a reconnection the first request may
+/// fail, and an observer without the setting hears nothing.)
+async fn ensure_notifications(conn: &Client, policy: RetryPolicy) -> Result<()> {
+    let get = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .to_owned();
+    let v = conn.query_retry(&get, None, policy).await?;
     let current = match v {
         Value::Map(pairs) => pairs.first().and_then(|(_, v)| reply::text(v)),
         Value::Array(items) => items.get(1).and_then(reply::text),
@@ -682,18 +752,17 @@ async fn ensure_notifications(conn: &Connector) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    conn.query(
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("notify-keyspace-events")
-            .arg(format!("{current}{missing}")),
-    )
-    .await?;
+    let set = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg(format!("{current}{missing}"))
+        .to_owned();
+    conn.query_retry(&set, None, policy).await?;
     Ok(())
 }
 
 async fn observe(
-    conn: Connector,
+    conn: Client,
     key: String,
     opts: ObserverOptions,
     mut events: futures_util::stream::BoxStream<'static, String>,
@@ -712,32 +781,56 @@ async fn observe(
             !same
         });
     };
+    // Sentinel: the master changed, so the subscription must move (a demoted master keeps
+    // quiet). Never for one server or a cluster.
+    let mut moved = conn.master_changes();
     loop {
-        while events.next().await.is_some() {
-            if let Ok(l) = current_leader(&conn, &key).await {
-                publish(l);
+        loop {
+            tokio::select! {
+                event = events.next() => {
+                    if event.is_none() {
+                        break;
+                    }
+                    if let Ok(l) = conn.current_leader(&key).await {
+                        publish(l);
+                    }
+                }
+                () = master_moved(&mut moved) => break,
             }
         }
         // The subscription is gone: subscribe again, then re-read what was missed.
-        let mut backoff = Backoff::new(opts.retry);
+        let mut backoff = Backoff::new_now(opts.retry);
         loop {
-            if opts.configure_notifications {
-                // A restarted or failed-over server may have lost the setting.
-                let _ = ensure_notifications(&conn).await;
-            }
             match conn.key_events(&key).await {
                 Ok(s) => {
+                    if opts.configure_notifications {
+                        // A restarted server, or the new master after a failover, may not
+                        // have the setting. Set where the subscription now is: after it.
+                        let _ = ensure_notifications(&conn, opts.retry).await;
+                    }
                     events = s;
                     break;
                 }
                 Err(_) => {
-                    let d = backoff.next_delay(None).unwrap_or(opts.retry.max_delay);
+                    let d = backoff.next_delay_now(None).unwrap_or(opts.retry.max_delay);
                     tokio::time::sleep(d).await;
                 }
             }
         }
-        if let Ok(l) = current_leader(&conn, &key).await {
+        if let Ok(l) = conn.current_leader(&key).await {
             publish(l);
         }
+    }
+}
+
+/// Resolves when requests moved to another master (never without Sentinel).
+async fn master_moved(moved: &mut Option<watch::Receiver<u64>>) {
+    match moved {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending().await,
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, Value};
 use tokio::sync::watch;
 
-use crate::conn::Connector;
+use crate::client::Client;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
 
 /// Why a lease was lost.
@@ -28,6 +28,10 @@ pub enum LossReason {
     Revoked,
     /// A renewal was answered with an error that retrying cannot fix.
     Failed,
+    /// No renewal reached the replicas asked for
+    /// ([`LockOptions::replicas`](crate::LockOptions::replicas)) before the last confirmed
+    /// bound passed, so a failover could lose the lease.
+    NotReplicated,
 }
 
 impl fmt::Display for LossReason {
@@ -36,6 +40,7 @@ impl fmt::Display for LossReason {
             LossReason::Expired => "it could not be renewed before it would lapse",
             LossReason::Revoked => "the server no longer counts this holder",
             LossReason::Failed => "a renewal failed with a permanent error",
+            LossReason::NotReplicated => "no renewal reached enough replicas in time",
         })
     }
 }
@@ -75,63 +80,123 @@ impl LeaseStatus {
     }
 }
 
-/// Lease timing: ttl, renewal period and drift margin.
+/// Lease timing: ttl, renewal period and drift margin. Checked when it is built: a
+/// `LeaseTiming` always leaves room for a renewal before its validity bound.
 ///
 /// ```
 /// use std::time::Duration;
 /// use redis_lease_client::LeaseTiming;
 ///
-/// let t = LeaseTiming::new(Duration::from_secs(3));
-/// assert_eq!(t.renew_every, Duration::from_secs(1));
+/// let t = LeaseTiming::new(Duration::from_secs(3))?;
+/// assert_eq!(t.renew_every(), Duration::from_secs(1));
 /// assert!(t.margin() >= Duration::from_millis(30));
+/// assert!(LeaseTiming::new(Duration::from_millis(2)).is_err());
+/// # Ok::<(), redis_lease_client::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LeaseTiming {
-    /// The lease asked for with each grant and renewal (whole milliseconds, at least 1 ms).
-    pub ttl: Duration,
-    /// How often the watchdog renews (default: a third of the ttl).
-    pub renew_every: Duration,
-    /// The share of the ttl assumed lost to clock-rate differences between client and server
-    /// (default 0.01); with `drift_floor`, it makes the drift margin.
-    pub drift_factor: f64,
-    /// A fixed part of the drift margin (default 2 ms).
-    pub drift_floor: Duration,
+    ttl: Duration,
+    renew_every: Duration,
+    drift_factor: f64,
+    drift_floor: Duration,
+}
+
+impl Default for LeaseTiming {
+    /// A 10 s ttl, renewed every 3.33 s, margin 1% + 2 ms.
+    fn default() -> Self {
+        LeaseTiming::new(Duration::from_secs(10)).expect("valid default timing")
+    }
 }
 
 impl LeaseTiming {
-    /// Timing for `ttl`: renewal every third of it, margin 1% + 2 ms.
+    /// Timing for `ttl`: renewal every third of it, margin 1% + 2 ms. Fails for a ttl too
+    /// short for that (below 4 ms).
     ///
     /// ```
-    /// let t = redis_lease_client::LeaseTiming::new(std::time::Duration::from_millis(900));
-    /// assert_eq!(t.renew_every.as_millis(), 300);
+    /// let t = redis_lease_client::LeaseTiming::new(std::time::Duration::from_millis(900))?;
+    /// assert_eq!(t.renew_every().as_millis(), 300);
+    /// # Ok::<(), redis_lease_client::Error>(())
     /// ```
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration) -> crate::Result<Self> {
         LeaseTiming {
             ttl,
             renew_every: ttl / 3,
             drift_factor: 0.01,
             drift_floor: Duration::from_millis(2),
         }
+        .checked()
+    }
+
+    /// The same timing with another renewal period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let t = redis_lease_client::LeaseTiming::new(Duration::from_secs(1))?
+    ///     .with_renew_every(Duration::from_millis(100))?;
+    /// assert_eq!(t.renew_every(), Duration::from_millis(100));
+    /// # Ok::<(), redis_lease_client::Error>(())
+    /// ```
+    pub fn with_renew_every(mut self, renew_every: Duration) -> crate::Result<Self> {
+        self.renew_every = renew_every;
+        self.checked()
+    }
+
+    /// The same timing with another drift margin: `factor` (0 to 0.5) of the ttl plus `floor`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let t = redis_lease_client::LeaseTiming::new(Duration::from_secs(10))?
+    ///     .with_drift(0.05, Duration::from_millis(10))?;
+    /// assert_eq!(t.margin(), Duration::from_millis(510));
+    /// # Ok::<(), redis_lease_client::Error>(())
+    /// ```
+    pub fn with_drift(mut self, factor: f64, floor: Duration) -> crate::Result<Self> {
+        self.drift_factor = factor;
+        self.drift_floor = floor;
+        self.checked()
+    }
+
+    /// The lease asked for with each grant and renewal.
+    ///
+    /// ```
+    /// let t = redis_lease_client::LeaseTiming::default();
+    /// assert_eq!(t.ttl().as_secs(), 10);
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How often the watchdog renews (default: a third of the ttl).
+    ///
+    /// ```
+    /// let t = redis_lease_client::LeaseTiming::default();
+    /// assert_eq!(t.renew_every().as_millis(), 3333);
+    /// ```
+    pub fn renew_every(&self) -> Duration {
+        self.renew_every
     }
 
     /// The ttl in whole milliseconds, as sent to the server.
     ///
     /// ```
-    /// let t = redis_lease_client::LeaseTiming::new(std::time::Duration::from_millis(1500));
+    /// let t = redis_lease_client::LeaseTiming::new(std::time::Duration::from_millis(1500))?;
     /// assert_eq!(t.ttl_ms(), 1500);
+    /// # Ok::<(), redis_lease_client::Error>(())
     /// ```
     pub fn ttl_ms(&self) -> u64 {
-        (self.ttl.as_millis() as u64).max(1)
+        (self.ttl.as_millis().min(u64::MAX as u128) as u64).max(1)
     }
 
-    /// The drift margin subtracted from every validity bound.
+    /// The drift margin subtracted from every validity bound: the share of the ttl assumed
+    /// lost to clock-rate differences between client and server, plus a fixed part.
     ///
     /// ```
-    /// let t = redis_lease_client::LeaseTiming::new(std::time::Duration::from_secs(10));
+    /// let t = redis_lease_client::LeaseTiming::new(std::time::Duration::from_secs(10))?;
     /// assert_eq!(t.margin().as_millis(), 102);
+    /// # Ok::<(), redis_lease_client::Error>(())
     /// ```
     pub fn margin(&self) -> Duration {
-        self.ttl.mul_f64(self.drift_factor.clamp(0.0, 0.5)) + self.drift_floor
+        self.ttl.mul_f64(self.drift_factor) + self.drift_floor
     }
 
     /// The validity bound of a lease granted or renewed by a request sent at `sent`.
@@ -140,30 +205,31 @@ impl LeaseTiming {
         (sent + ttl).checked_sub(self.margin()).unwrap_or(sent)
     }
 
-    pub(crate) fn check(&self) -> crate::Result<()> {
+    fn checked(self) -> crate::Result<Self> {
+        use crate::InvalidArgument;
         if self.ttl < Duration::from_millis(1) {
-            return Err(crate::Error::InvalidArgument(
-                "ttl must be at least 1 ms".into(),
-            ));
+            return Err(InvalidArgument::Ttl(self.ttl).into());
+        }
+        let factor = self.drift_factor;
+        if !(0.0..=0.5).contains(&factor) || self.margin() >= self.ttl {
+            return Err(InvalidArgument::Drift {
+                factor,
+                floor: self.drift_floor,
+                ttl: self.ttl,
+            }
+            .into());
         }
         if self.renew_every < Duration::from_millis(1)
             || self.renew_every + self.margin() >= self.ttl
         {
-            return Err(crate::Error::InvalidArgument(format!(
-                "renew_every {:?} must be at least 1 ms and leave the drift margin {:?} of the ttl {:?}",
-                self.renew_every,
-                self.margin(),
-                self.ttl
-            )));
+            return Err(InvalidArgument::RenewEvery {
+                renew_every: self.renew_every,
+                margin: self.margin(),
+                ttl: self.ttl,
+            }
+            .into());
         }
-        if self.margin() >= self.ttl {
-            return Err(crate::Error::InvalidArgument(format!(
-                "the drift margin {:?} leaves nothing of the ttl {:?}",
-                self.margin(),
-                self.ttl
-            )));
-        }
-        Ok(())
+        Ok(self)
     }
 }
 
@@ -173,38 +239,122 @@ pub(crate) fn confirm_deadline(timing: &LeaseTiming, sent: Instant, timeout: Dur
     timing.valid_until(sent).max(Instant::now() + timeout)
 }
 
-/// Outcome of one renewal with retries.
-pub(crate) enum Renewal {
-    /// Renewed by a request sent at that instant.
-    Renewed(Instant),
-    Lost(LossReason),
+/// Replica acknowledgement of grants and renewals: `WAIT replicas timeout` after each, on the
+/// same connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Acks {
+    pub replicas: u32,
+    pub timeout: Duration,
 }
 
-/// Renews until success, a definitive answer, or `valid_until`.
+impl Acks {
+    pub(crate) fn new(replicas: u32, timeout: Duration) -> Option<Acks> {
+        (replicas > 0).then_some(Acks { replicas, timeout })
+    }
+
+    /// `WAIT replicas ms`, waiting at most `left` (never 0, which would wait forever).
+    pub(crate) fn wait_cmd(&self, left: Duration) -> Cmd {
+        let ms = self
+            .timeout
+            .min(left)
+            .as_millis()
+            .clamp(1, u64::MAX as u128) as u64;
+        redis::cmd("WAIT").arg(self.replicas).arg(ms).to_owned()
+    }
+}
+
+/// Splits the replies of `[command..., WAIT]`: the first command's reply (errors raised) and
+/// how many replicas acknowledged.
+pub(crate) fn split_acked(replies: Vec<Value>) -> redis::RedisResult<(Value, u32)> {
+    let mut it = replies.into_iter();
+    let first = it.next().unwrap_or(Value::Nil).extract_error()?;
+    let acked = it.last().unwrap_or(Value::Nil).extract_error()?;
+    let acked = crate::reply::int(&acked)
+        .unwrap_or(0)
+        .clamp(0, u32::MAX as i64) as u32;
+    Ok((first, acked))
+}
+
+/// How a lease is renewed: the command, and the replica acknowledgement asked for.
+#[derive(Clone, Debug)]
+pub(crate) struct Renewer {
+    pub cmd: Cmd,
+    pub acks: Option<Acks>,
+}
+
+/// Outcome of one renewal with retries.
+#[derive(Debug)]
+pub(crate) enum Renewal {
+    /// Renewed (and acknowledged as asked) by a request sent at that instant.
+    Renewed(Instant),
+    Lost(LossReason),
+    /// Out of time, the last renewal reaching only `acked` replicas.
+    Unreplicated {
+        acked: u32,
+    },
+}
+
+/// Renews until success, a definitive answer, or `valid_until`. It gives up just before the
+/// bound, so that the loss (and its reason) is published before the guard's own check of the
+/// bound would report it as expired.
 pub(crate) async fn renew_once(
-    conn: &Connector,
-    cmd: &Cmd,
+    client: &Client,
+    renew: &Renewer,
     valid_until: Instant,
     policy: RetryPolicy,
 ) -> Renewal {
-    let mut backoff = Backoff::new(policy);
+    let stop = valid_until
+        .checked_sub(Duration::from_millis(1))
+        .unwrap_or(valid_until);
+    let mut backoff = Backoff::new_now(policy);
+    // Replicas that acknowledged the last renewal the server granted, if too few.
+    let mut short: Option<u32> = None;
     loop {
         let now = Instant::now();
-        if now >= valid_until {
-            return Renewal::Lost(LossReason::Expired);
+        if now >= stop {
+            return match short {
+                Some(acked) => Renewal::Unreplicated { acked },
+                None => Renewal::Lost(LossReason::Expired),
+            };
         }
-        let limit = conn.command_timeout().min(valid_until - now);
-        match conn.query_within(cmd, limit).await {
-            Ok(Value::Nil) => return Renewal::Lost(LossReason::Revoked),
-            Ok(Value::Int(_)) => return Renewal::Renewed(now),
-            Ok(_) => return Renewal::Lost(LossReason::Failed),
-            Err(e) => match classify(e) {
-                Failure::Transient { .. } => match backoff.next_delay(Some(valid_until)) {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => return Renewal::Lost(LossReason::Expired),
-                },
-                Failure::Fatal(_) => return Renewal::Lost(LossReason::Failed),
+        let left = stop - now;
+        let answer = match renew.acks {
+            None => client
+                .query_within(&renew.cmd, client.command_timeout().min(left))
+                .await
+                .map(|v| (v, None)),
+            Some(a) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(renew.cmd.clone())
+                    .add_command(a.wait_cmd(left));
+                let limit = (client.command_timeout() + a.timeout).min(left);
+                client
+                    .pipe_dedicated(&pipe, Some(limit))
+                    .await
+                    .and_then(split_acked)
+                    .map(|(v, acked)| (v, Some(acked)))
+            }
+        };
+        match answer {
+            Ok((Value::Nil, _)) => return Renewal::Lost(LossReason::Revoked),
+            Ok((Value::Int(_), acked)) => match (renew.acks, acked) {
+                (Some(a), Some(n)) if n < a.replicas => {
+                    // Held on this server, but a failover could lose the renewal: it does not
+                    // count. Perhaps this server is not the master any more.
+                    short = Some(n);
+                    client.suspect_master().await;
+                }
+                _ => return Renewal::Renewed(now),
             },
+            Ok(_) => return Renewal::Lost(LossReason::Failed),
+            Err(e) => {
+                if let Failure::Fatal(_) = classify(e) {
+                    return Renewal::Lost(LossReason::Failed);
+                }
+            }
+        }
+        if let Some(d) = backoff.next_delay_now(Some(stop)) {
+            tokio::time::sleep(d).await;
         }
     }
 }
@@ -212,8 +362,8 @@ pub(crate) async fn renew_once(
 /// Keeps a lease alive until it is lost; publishes every new validity bound on `tx`.
 /// Returns the reason of the loss (after publishing it). Cancel it by dropping the future.
 pub(crate) async fn watchdog(
-    conn: Connector,
-    renew: Cmd,
+    client: Client,
+    renew: Renewer,
     timing: LeaseTiming,
     policy: RetryPolicy,
     mut last_sent: Instant,
@@ -221,15 +371,16 @@ pub(crate) async fn watchdog(
 ) -> LossReason {
     let mut valid_until = timing.valid_until(last_sent);
     let reason = loop {
-        let renew_at = (last_sent + timing.renew_every).min(valid_until);
+        let renew_at = (last_sent + timing.renew_every()).min(valid_until);
         tokio::time::sleep_until(renew_at.into()).await;
-        match renew_once(&conn, &renew, valid_until, policy).await {
+        match renew_once(&client, &renew, valid_until, policy).await {
             Renewal::Renewed(sent) => {
                 last_sent = sent;
                 valid_until = timing.valid_until(sent);
                 tx.send_replace(LeaseStatus::Held { valid_until });
             }
             Renewal::Lost(r) => break r,
+            Renewal::Unreplicated { .. } => break LossReason::NotReplicated,
         }
     };
     tx.send_replace(LeaseStatus::Lost(reason));
@@ -268,20 +419,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timing_checks() {
-        assert!(LeaseTiming::new(Duration::from_secs(1)).check().is_ok());
-        assert!(LeaseTiming::new(Duration::ZERO).check().is_err());
-        assert!(LeaseTiming::new(Duration::from_millis(2)).check().is_err());
-        let mut t = LeaseTiming::new(Duration::from_secs(1));
-        t.renew_every = Duration::ZERO;
-        assert!(t.check().is_err());
-        t.renew_every = Duration::from_millis(995);
-        assert!(t.check().is_err());
+    fn timing_is_checked_when_built() {
+        assert!(LeaseTiming::new(Duration::from_secs(1)).is_ok());
+        assert!(LeaseTiming::new(Duration::ZERO).is_err());
+        assert!(LeaseTiming::new(Duration::from_micros(900)).is_err());
+        assert!(LeaseTiming::new(Duration::from_millis(2)).is_err());
+        assert!(LeaseTiming::new(Duration::from_millis(4)).is_ok());
+        let t = LeaseTiming::new(Duration::from_secs(1)).unwrap();
+        assert!(t.with_renew_every(Duration::ZERO).is_err());
+        assert!(t.with_renew_every(Duration::from_millis(995)).is_err());
+        assert!(t.with_renew_every(Duration::from_millis(900)).is_ok());
+        assert!(t.with_drift(0.6, Duration::ZERO).is_err());
+        assert!(t.with_drift(-0.1, Duration::ZERO).is_err());
+        assert!(t.with_drift(f64::NAN, Duration::ZERO).is_err());
+        assert!(t.with_drift(0.0, Duration::from_secs(1)).is_err());
+        assert!(t.with_drift(0.0, Duration::ZERO).is_ok());
     }
 
     #[test]
     fn validity_bound_is_send_time_plus_ttl_minus_margin() {
-        let t = LeaseTiming::new(Duration::from_millis(1_000));
+        let t = LeaseTiming::new(Duration::from_millis(1_000)).unwrap();
         let sent = Instant::now();
         assert_eq!(t.valid_until(sent), sent + Duration::from_millis(988));
     }

@@ -3,14 +3,16 @@
 //! lease and a fencing token.
 //!
 //! * [`RwLock`]: `read`, `write`, `try_*`, `*_timeout`; the [`LockGuard`] exposes the fencing
-//!   token, renews its lease in the background and signals **lease lost** before the server
-//!   could grant the lock to anyone else.
+//!   token, renews its lease in the background, signals **lease lost** before the server
+//!   could grant the lock to anyone else, and upgrades or downgrades without letting go.
 //! * [`LeaderElector`] / [`Election`]: campaign, renew, step down, resign; leadership as a
 //!   watch of [`Leadership`]. [`LeaderObserver`] reports who leads and every change, through
 //!   keyspace notifications (no polling).
-//! * [`Connector`]: one server (through a [`redis::aio::ConnectionManager`]) or a Redis Cluster.
-//! * [`blocking`]: the same API for non-async programs (it drives the async one on a small
-//!   runtime of its own).
+//! * [`Client`]: one server (through a [`redis::aio::ConnectionManager`]), the master of a
+//!   Sentinel group (`redis+sentinel://`, following failovers), or a Redis Cluster;
+//!   [`Client::rwlock`] and [`Client::elector`] make locks and candidates.
+//! * [`blocking::Client`]: the same API for non-async programs (it drives the async one on a
+//!   small runtime of its own).
 //!
 //! Acquisitions wait inside the server (`WAIT ms`), in one round trip, on a connection of their
 //! own. The client only retries what the server cannot handle: transient failures (connection
@@ -26,23 +28,33 @@
 //! paused between a check and its next action, so pass [`LockGuard::token`] to the resources you
 //! protect and have them reject writes with an older token.
 //!
+//! # Failover
+//! Redis replicates asynchronously: a grant the master answered but had not yet sent to a
+//! replica is lost if that master dies. With [`LockOptions::replicas`] (and
+//! [`ElectionOptions::replicas`]) every grant and renewal is followed by `WAIT replicas
+//! timeout` on the same connection, and only counts once that many replicas acknowledged it.
+//!
+//! # Features
+//! `cli` builds the `redis-lease` command-line tool (it adds `clap` and tokio's process and
+//! signal support); the library needs none of it.
+//!
 //! # Example
 //! ```no_run
 //! # async fn demo() -> redis_lease_client::Result<()> {
 //! use std::time::Duration;
-//! use redis_lease_client::{Connector, LeaderElector, RwLock};
+//! use redis_lease_client::Client;
 //!
-//! let conn = Connector::open("redis://127.0.0.1:6379/").await?;
+//! let client = Client::open("redis://127.0.0.1:6379/").await?;
 //!
 //! // A lock.
-//! let lock = RwLock::new(&conn, "orders").with_ttl(Duration::from_secs(5));
+//! let lock = client.rwlock("orders").with_ttl(Duration::from_secs(5))?;
 //! if let Some(guard) = lock.write_timeout(Duration::from_secs(2)).await? {
 //!     println!("token {}", guard.token());
 //!     guard.release().await?;
 //! }
 //!
 //! // An election.
-//! let election = LeaderElector::new(&conn, "scheduler").start();
+//! let election = client.elector("scheduler").start();
 //! let term = election.wait_leader().await?;
 //! println!("leader in term {term}");
 //! election.resign().await?;
@@ -51,21 +63,29 @@
 
 #![warn(missing_docs)]
 
+mod acquire;
 pub mod blocking;
-mod conn;
+mod client;
+mod drive;
 mod error;
+mod guard;
 mod leader;
 mod lease;
 mod lock;
+mod lock_info;
 mod reply;
 mod retry;
+mod sentinel_url;
 
-pub use conn::Connector;
-pub use error::{Error, Result};
+pub use acquire::Wait;
+pub use client::Client;
+pub use error::{CampaignError, Error, InvalidArgument, Result};
+pub use guard::LockGuard;
 pub use leader::{
-    current_leader, Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver,
-    Leadership, ObserverOptions,
+    Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
+    ObserverOptions,
 };
 pub use lease::{LeaseStatus, LeaseTiming, LossReason};
-pub use lock::{Holder, LockGuard, LockInfo, LockMode, LockOptions, RwLock, Wait};
+pub use lock::{LockOptions, RwLock};
+pub use lock_info::{Holder, LockInfo, LockMode};
 pub use retry::RetryPolicy;

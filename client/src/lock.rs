@@ -1,79 +1,29 @@
-//! Distributed read-write locks (`RWLOCK.*`).
+//! Distributed read-write locks (`RWLOCK.*`): the lock, its options, and what the acquisition
+//! driver ([`crate::drive`]) needs to know of `RWLOCK.*LOCK` and `RWLOCK.INFO`.
 
-use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::Cmd;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use crate::conn::Connector;
-use crate::lease::{self, renew_once, LeaseStatus, LeaseTiming, LossReason, Renewal};
-use crate::reply;
-use crate::retry::{classify, Backoff, Failure, RetryPolicy};
-use crate::{Error, Result};
-
-/// Read (shared) or write (exclusive).
-///
-/// ```
-/// use redis_lease_client::LockMode;
-/// assert_eq!(LockMode::Write.to_string(), "write");
-/// assert_eq!("read".parse::<LockMode>().unwrap(), LockMode::Read);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LockMode {
-    /// Shared with other readers.
-    Read,
-    /// Exclusive.
-    Write,
-}
-
-impl fmt::Display for LockMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LockMode::Read => "read",
-            LockMode::Write => "write",
-        })
-    }
-}
-
-impl std::str::FromStr for LockMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "read" => Ok(LockMode::Read),
-            "write" => Ok(LockMode::Write),
-            other => Err(Error::Protocol(format!("unknown lock mode {other:?}"))),
-        }
-    }
-}
-
-/// How long an acquisition may wait for the lock.
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_lease_client::Wait;
-/// let w = Wait::For(Duration::from_secs(5));
-/// assert_ne!(w, Wait::No);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Try once (no `WAIT`); transient failures are still retried within the retry budget.
-    No,
-    /// Wait in the server's queue for at most this long (`WAIT ms`); transient failures are
-    /// retried until the same deadline.
-    For(Duration),
-    /// Wait without a time limit (`WAIT 0`).
-    Forever,
-}
+use crate::acquire::{HoldView, Wait};
+use crate::client::Client;
+use crate::drive::{self, Held, Shell};
+use crate::guard::{unlock, InflightCleanup, LockGuard, Release};
+use crate::lease::{self, Acks, LeaseStatus, LeaseTiming, Renewer};
+use crate::lock_info::{LockInfo, LockMode};
+use crate::retry::{classify, Failure, RetryPolicy};
+use crate::Result;
 
 /// Settings of a [`RwLock`].
 ///
 /// ```
 /// use std::time::Duration;
 /// use redis_lease_client::{LockOptions, LeaseTiming};
-/// let opts = LockOptions { timing: LeaseTiming::new(Duration::from_secs(5)), ..Default::default() };
-/// assert_eq!(opts.timing.ttl, Duration::from_secs(5));
+/// let opts = LockOptions { timing: LeaseTiming::new(Duration::from_secs(5))?, ..Default::default() };
+/// assert_eq!(opts.timing.ttl(), Duration::from_secs(5));
+/// assert_eq!(opts.replicas, 0);
+/// # Ok::<(), redis_lease_client::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LockOptions {
@@ -81,120 +31,31 @@ pub struct LockOptions {
     pub timing: LeaseTiming,
     /// Retry of transient failures.
     pub retry: RetryPolicy,
+    /// How many replicas must acknowledge each grant and renewal before it counts (default 0:
+    /// none). After each one the client sends `WAIT replicas replica_timeout` on the same
+    /// connection. A grant that too few acknowledged is released and asked for again within
+    /// the caller's deadline, then reported as [`Error::NotReplicated`](crate::Error::NotReplicated);
+    /// a renewal that too few acknowledged does not extend the lease's validity bound, and a
+    /// lease whose bound passes that way is lost with [`LossReason::NotReplicated`].
+    pub replicas: u32,
+    /// How long each `WAIT` for replicas may take (default 1 s).
+    pub replica_timeout: Duration,
 }
 
 impl Default for LockOptions {
     fn default() -> Self {
         LockOptions {
-            timing: LeaseTiming::new(Duration::from_secs(10)),
+            timing: LeaseTiming::default(),
             retry: RetryPolicy::default(),
+            replicas: 0,
+            replica_timeout: Duration::from_secs(1),
         }
     }
 }
 
-/// One holder in [`LockInfo`].
-///
-/// ```
-/// # fn f(h: &redis_lease_client::Holder) { println!("{} holds {} x{}", h.owner, h.mode, h.count); }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
-    /// The owner id.
-    pub owner: String,
-    /// The mode of this hold.
-    pub mode: LockMode,
-    /// How many (reentrant) grants it counts.
-    pub count: u64,
-    /// Lease time left.
-    pub ttl: Duration,
-    /// The fencing token of this hold.
-    pub token: u64,
-}
-
-/// The reply of `RWLOCK.INFO`.
-///
-/// ```no_run
-/// # async fn demo(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
-/// let info = lock.info().await?;
-/// println!("mode {:?}, {} holders, {} waiting, last token {}",
-///          info.mode, info.holders.len(), info.waiters, info.token);
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct LockInfo {
-    /// `None` when nobody holds the lock.
-    pub mode: Option<LockMode>,
-    /// The current holders.
-    pub holders: Vec<Holder>,
-    /// How many requests wait.
-    pub waiters: u64,
-    /// The last token handed out (0 if none yet).
-    pub token: u64,
-}
-
-impl LockInfo {
-    fn parse(v: Value) -> Result<LockInfo> {
-        let bad = |what: &str| Error::Protocol(format!("RWLOCK.INFO: {what}"));
-        let fields = reply::map(v).ok_or_else(|| bad("not a map"))?;
-        let mut info = LockInfo::default();
-        for (k, v) in fields {
-            match k.as_str() {
-                "mode" => {
-                    let m = reply::text(&v).ok_or_else(|| bad("mode"))?;
-                    info.mode = if m == "none" { None } else { Some(m.parse()?) };
-                }
-                "waiters" => info.waiters = reply::int(&v).unwrap_or(0).max(0) as u64,
-                "token" => info.token = reply::int(&v).unwrap_or(0).max(0) as u64,
-                "holders" => {
-                    for h in reply::array(v).ok_or_else(|| bad("holders"))? {
-                        let mut holder = Holder {
-                            owner: String::new(),
-                            mode: LockMode::Read,
-                            count: 0,
-                            ttl: Duration::ZERO,
-                            token: 0,
-                        };
-                        for (hk, hv) in reply::map(h).ok_or_else(|| bad("holder"))? {
-                            match hk.as_str() {
-                                "owner" => holder.owner = reply::text(&hv).unwrap_or_default(),
-                                "mode" => {
-                                    holder.mode = reply::text(&hv)
-                                        .ok_or_else(|| bad("holder mode"))?
-                                        .parse()?
-                                }
-                                "count" => {
-                                    holder.count = reply::int(&hv).unwrap_or(1).max(0) as u64
-                                }
-                                "ttl" => {
-                                    holder.ttl = Duration::from_millis(
-                                        reply::int(&hv).unwrap_or(0).max(0) as u64,
-                                    )
-                                }
-                                "token" => {
-                                    holder.token = reply::int(&hv).unwrap_or(0).max(0) as u64
-                                }
-                                _ => {}
-                            }
-                        }
-                        info.holders.push(holder);
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(info)
-    }
-
-    /// The hold of `owner` in `mode`, if any.
-    ///
-    /// ```
-    /// let info = redis_lease_client::LockInfo::default();
-    /// assert!(info.hold_of("me", redis_lease_client::LockMode::Read).is_none());
-    /// ```
-    pub fn hold_of(&self, owner: &str, mode: LockMode) -> Option<&Holder> {
-        self.holders
-            .iter()
-            .find(|h| h.owner == owner && h.mode == mode)
+impl LockOptions {
+    pub(crate) fn acks(&self) -> Option<Acks> {
+        Acks::new(self.replicas, self.replica_timeout)
     }
 }
 
@@ -223,10 +84,10 @@ impl LockInfo {
 /// ```no_run
 /// # async fn demo() -> redis_lease_client::Result<()> {
 /// use std::time::Duration;
-/// use redis_lease_client::{Connector, RwLock};
+/// use redis_lease_client::Client;
 ///
-/// let conn = Connector::open("redis://127.0.0.1/").await?;
-/// let lock = RwLock::new(&conn, "inventory").with_ttl(Duration::from_secs(5));
+/// let client = Client::open("redis://127.0.0.1/").await?;
+/// let lock = client.rwlock("inventory").with_ttl(Duration::from_secs(5))?;
 /// let guard = lock.write().await?;
 /// println!("fencing token {}", guard.token());
 /// // ... critical section; pass guard.token() along with every write it protects ...
@@ -235,47 +96,74 @@ impl LockInfo {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RwLock {
-    conn: Connector,
+    client: Client,
     key: String,
     owner: Option<String>,
     opts: LockOptions,
 }
 
-impl RwLock {
-    /// A lock on `key`, with default options (10 s ttl).
+impl Client {
+    /// A read-write lock on `key`, with default options (10 s ttl).
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) {
-    /// let lock = redis_lease_client::RwLock::new(&conn, "my-lock");
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// let lock = client.rwlock("my-lock");
     /// # }
     /// ```
-    pub fn new(conn: &Connector, key: impl Into<String>) -> RwLock {
+    pub fn rwlock(&self, key: impl Into<String>) -> RwLock {
+        RwLock::new(self, key)
+    }
+}
+
+impl RwLock {
+    /// A lock on `key`, with default options (10 s ttl). Same as [`Client::rwlock`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// let lock = redis_lease_client::RwLock::new(&client, "my-lock");
+    /// # }
+    /// ```
+    pub fn new(client: &Client, key: impl Into<String>) -> RwLock {
         RwLock {
-            conn: conn.clone(),
+            client: client.clone(),
             key: key.into(),
             owner: None,
             opts: LockOptions::default(),
         }
     }
 
-    /// Sets the lease ttl (and the default timing derived from it).
+    /// Sets the lease ttl (and the default timing derived from it). Fails for a ttl too short
+    /// to renew (see [`LeaseTiming::new`]).
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) {
-    /// let lock = redis_lease_client::RwLock::new(&conn, "k").with_ttl(std::time::Duration::from_secs(2));
+    /// # async fn demo(client: redis_lease_client::Client) -> redis_lease_client::Result<()> {
+    /// let lock = client.rwlock("k").with_ttl(std::time::Duration::from_secs(2))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<RwLock> {
+        self.opts.timing = LeaseTiming::new(ttl)?;
+        Ok(self)
+    }
+
+    /// Sets how many replicas must acknowledge each grant and renewal
+    /// ([`LockOptions::replicas`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// let lock = client.rwlock("k").with_replicas(1);
     /// # }
     /// ```
-    pub fn with_ttl(mut self, ttl: Duration) -> RwLock {
-        self.opts.timing = LeaseTiming::new(ttl);
+    pub fn with_replicas(mut self, replicas: u32) -> RwLock {
+        self.opts.replicas = replicas;
         self
     }
 
     /// Sets all options.
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) {
-    /// use redis_lease_client::{LockOptions, RwLock};
-    /// let lock = RwLock::new(&conn, "k").with_options(LockOptions::default());
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// use redis_lease_client::LockOptions;
+    /// let lock = client.rwlock("k").with_options(LockOptions::default());
     /// # }
     /// ```
     pub fn with_options(mut self, opts: LockOptions) -> RwLock {
@@ -286,8 +174,8 @@ impl RwLock {
     /// Uses `owner` for every acquisition instead of a fresh UUIDv4 (reentrant holds).
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) {
-    /// let lock = redis_lease_client::RwLock::new(&conn, "k").with_owner("worker-7");
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// let lock = client.rwlock("k").with_owner("worker-7");
     /// # }
     /// ```
     pub fn with_owner(mut self, owner: impl Into<String>) -> RwLock {
@@ -298,8 +186,8 @@ impl RwLock {
     /// The key.
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) {
-    /// assert_eq!(redis_lease_client::RwLock::new(&conn, "k").key(), "k");
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// assert_eq!(client.rwlock("k").key(), "k");
     /// # }
     /// ```
     pub fn key(&self) -> &str {
@@ -309,8 +197,8 @@ impl RwLock {
     /// The options.
     ///
     /// ```no_run
-    /// # async fn demo(conn: redis_lease_client::Connector) {
-    /// let ttl = redis_lease_client::RwLock::new(&conn, "k").options().timing.ttl;
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// let ttl = client.rwlock("k").options().timing.ttl();
     /// # }
     /// ```
     pub fn options(&self) -> &LockOptions {
@@ -404,7 +292,7 @@ impl RwLock {
     /// ```
     pub async fn info(&self) -> Result<LockInfo> {
         let cmd = redis::cmd("RWLOCK.INFO").arg(&self.key).to_owned();
-        LockInfo::parse(query_retry(&self.conn, &cmd, None, self.opts.retry).await?)
+        LockInfo::parse(self.client.query_retry(&cmd, None, self.opts.retry).await?)
     }
 
     /// Acquires in `mode`, waiting as `wait` says. `Ok(None)`: not granted in time.
@@ -416,538 +304,151 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, mode: LockMode, wait: Wait) -> Result<Option<LockGuard>> {
-        self.opts.timing.check()?;
         let generated = self.owner.is_none();
         let owner = self
             .owner
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let timing = self.opts.timing;
-        let deadline = match wait {
-            Wait::For(d) => Some(Instant::now() + d),
-            _ => None,
-        };
-        // Holds of a caller-chosen owner that existed before (reentrancy), so that an uncertain
-        // failure can tell a grant of ours from an older one.
-        let baseline = if generated {
-            0
-        } else {
-            self.info()
-                .await?
-                .hold_of(&owner, mode)
-                .map_or(0, |h| h.count)
-        };
-        let mut cleanup = InflightCleanup::new(&self.conn, &self.key, &owner, generated);
-        let mut backoff = Backoff::new(self.opts.retry);
-        // When the first request whose outcome is unknown was sent.
-        let mut uncertain_since: Option<Instant> = None;
-        // Whether any request's outcome was unknown (only then can a surplus hold exist).
-        let mut had_uncertain = false;
-        // Set when out of time with an unknown outcome: the error to report unless the final
-        // RWLOCK.INFO check finds a hold to adopt.
-        let mut last_error: Option<redis::RedisError> = None;
-        // A grant (by a request sent at `$since` or later) becomes a guard, unless its lease
-        // could not be confirmed: lapsed already (ask again while the deadline allows), or
-        // unknown (check RWLOCK.INFO, as after a lost reply).
-        macro_rules! on_grant {
-            ($token:expr, $since:expr) => {{
-                let sweep = generated && (had_uncertain || self.conn.is_cluster());
-                match self
-                    .granted(mode, owner.clone(), sweep, $token, $since, &mut cleanup)
-                    .await
-                {
-                    Ok(g) => return Ok(Some(g)),
-                    Err(LossReason::Revoked) => {
-                        uncertain_since = None;
-                        if wait == Wait::No || deadline.is_some_and(|d| Instant::now() >= d) {
-                            cleanup.disarm();
-                            return Ok(None);
-                        }
-                        continue;
-                    }
-                    Err(reason) => {
-                        had_uncertain = true;
-                        uncertain_since = Some($since);
-                        match backoff.next_delay(deadline) {
-                            Some(d) => {
-                                tokio::time::sleep(d).await;
-                                continue;
-                            }
-                            None => return Err(Error::LeaseLost(reason)),
-                        }
-                    }
-                }
-            }};
-        }
-        loop {
-            if let Some(since) = uncertain_since {
-                let info_cmd = redis::cmd("RWLOCK.INFO").arg(&self.key).to_owned();
-                match self
-                    .conn
-                    .query_within(&info_cmd, self.conn.command_timeout())
-                    .await
-                {
-                    Ok(v) => {
-                        let info = LockInfo::parse(v)?;
-                        match info.hold_of(&owner, mode) {
-                            Some(h) if h.count > baseline => {
-                                let token = h.token;
-                                on_grant!(token, since);
-                            }
-                            _ => uncertain_since = None,
-                        }
-                        if let Some(err) = last_error.take() {
-                            // The deadline has passed and nothing was granted after all.
-                            cleanup.disarm();
-                            return Err(backoff.give_up(err));
-                        }
-                    }
-                    Err(e) => match classify(e) {
-                        Failure::Transient { err, .. } => {
-                            if last_error.is_some() {
-                                return Err(backoff.give_up(err));
-                            }
-                            match backoff.next_delay(deadline) {
-                                Some(d) => {
-                                    tokio::time::sleep(d).await;
-                                    continue;
-                                }
-                                None => return Err(backoff.give_up(err)),
-                            }
-                        }
-                        Failure::Fatal(e) => return Err(e),
-                    },
-                }
-            }
-            let mut cmd = redis::cmd(match mode {
-                LockMode::Read => "RWLOCK.RLOCK",
-                LockMode::Write => "RWLOCK.WLOCK",
-            });
-            cmd.arg(&self.key).arg(&owner).arg(timing.ttl_ms());
-            let sent = Instant::now();
-            let margin = self.conn.command_timeout();
-            let result = match (wait, deadline) {
-                (Wait::Forever, _) => {
-                    cmd.arg("WAIT").arg(0);
-                    cleanup.arm();
-                    self.conn.query_dedicated(&cmd, None).await
-                }
-                (Wait::For(_), Some(dl)) if dl > sent + Duration::from_millis(1) => {
-                    let left = dl - sent;
-                    cmd.arg("WAIT").arg(left.as_millis() as u64);
-                    cleanup.arm();
-                    self.conn.query_dedicated(&cmd, Some(left + margin)).await
-                }
-                _ => {
-                    cleanup.arm();
-                    self.conn.query_within(&cmd, margin).await
-                }
-            };
-            match result {
-                Ok(Value::Nil) => {
-                    cleanup.disarm();
-                    return Ok(None);
-                }
-                Ok(v) => {
-                    let token = reply::token(&v)?;
-                    let since = uncertain_since.unwrap_or(sent);
-                    on_grant!(token, since);
-                }
-                Err(e) => match classify(e) {
-                    Failure::Transient { uncertain, err } => {
-                        if uncertain {
-                            had_uncertain = true;
-                            uncertain_since.get_or_insert(sent);
-                        } else {
-                            cleanup.disarm_if_nothing_uncertain(uncertain_since.is_none());
-                        }
-                        match backoff.next_delay(deadline) {
-                            Some(d) => tokio::time::sleep(d).await,
-                            // Out of time; but a request whose reply was lost may have been
-                            // granted: one last look at RWLOCK.INFO adopts such a hold.
-                            None if uncertain_since.is_some() => last_error = Some(err),
-                            None => return Err(backoff.give_up(err)),
-                        }
-                    }
-                    Failure::Fatal(e) => {
-                        cleanup.disarm_if_nothing_uncertain(uncertain_since.is_none());
-                        return Err(e);
-                    }
-                },
-            }
+        let mut cleanup = InflightCleanup::new(&self.client, &self.key, &owner);
+        let held = self
+            .drive(
+                mode,
+                &owner,
+                generated,
+                wait,
+                self.opts.acks(),
+                &mut cleanup,
+            )
+            .await?;
+        Ok(held.map(|h| self.guard(mode, owner, h)))
+    }
+
+    /// The lock as `owner` sees it (for a guard's upgrade and downgrade).
+    pub(crate) fn as_owner(&self, owner: &str) -> RwLock {
+        RwLock {
+            owner: Some(owner.to_string()),
+            ..self.clone()
         }
     }
 
-    /// Turns a grant (made by a request sent at `sent` or later) into a guard with a running
-    /// watchdog; renews at once if the wait used up much of the lease.
-    async fn granted(
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn renewer(&self, owner: &str) -> Renewer {
+        Renewer {
+            cmd: redis::cmd("RWLOCK.RENEW")
+                .arg(&self.key)
+                .arg(owner)
+                .arg(self.opts.timing.ttl_ms())
+                .to_owned(),
+            acks: self.opts.acks(),
+        }
+    }
+
+    /// Runs one acquisition of `mode` by `owner` to its end. `Ok(None)`: not granted in time.
+    pub(crate) async fn drive(
         &self,
         mode: LockMode,
-        owner: String,
-        sweep: bool,
-        token: u64,
-        sent: Instant,
+        owner: &str,
+        generated: bool,
+        wait: Wait,
+        acks: Option<Acks>,
         cleanup: &mut InflightCleanup,
-    ) -> std::result::Result<LockGuard, LossReason> {
-        let timing = self.opts.timing;
-        let renew_cmd = redis::cmd("RWLOCK.RENEW")
-            .arg(&self.key)
-            .arg(&owner)
-            .arg(timing.ttl_ms())
-            .to_owned();
-        let mut last_sent = sent;
-        let left = timing
-            .valid_until(sent)
-            .saturating_duration_since(Instant::now());
-        if left < timing.ttl * 2 / 3 {
-            // The server's answer is authoritative even when the local bound has passed: a
-            // renewal that finds the hold proves it from its own send time on.
-            let until = lease::confirm_deadline(&timing, sent, self.conn.command_timeout());
-            match renew_once(&self.conn, &renew_cmd, until, self.opts.retry).await {
-                Renewal::Renewed(at) => last_sent = at,
-                // Leave the cleanup armed: it releases whatever may be left.
-                Renewal::Lost(reason) => return Err(reason),
-            }
+    ) -> Result<Option<Held>> {
+        let mut renew = self.renewer(owner);
+        renew.acks = acks;
+        let shell = LockShell {
+            lock: self,
+            mode,
+            owner,
+            renew,
+        };
+        drive::drive(&shell, wait, generated, cleanup).await
+    }
+
+    pub(crate) fn release_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            budget: self.opts.timing.ttl(),
+            ..self.opts.retry
         }
-        cleanup.disarm();
+    }
+
+    /// A guard with a running watchdog for a confirmed grant.
+    fn guard(&self, mode: LockMode, owner: String, h: Held) -> LockGuard {
+        let timing = self.opts.timing;
         let (tx, rx) = watch::channel(LeaseStatus::Held {
-            valid_until: timing.valid_until(last_sent),
+            valid_until: timing.valid_until(h.last_sent),
         });
         let watchdog = tokio::spawn(lease::watchdog(
-            self.conn.clone(),
-            renew_cmd,
+            self.client.clone(),
+            self.renewer(&owner),
             timing,
             self.opts.retry,
-            last_sent,
+            h.last_sent,
             tx,
         ));
-        Ok(LockGuard {
-            conn: self.conn.clone(),
-            key: self.key.clone(),
-            owner,
-            sweep,
-            mode,
-            token,
-            status: rx,
-            watchdog: Some(watchdog),
-            retry: self.opts.retry,
-            ttl: timing.ttl,
-        })
+        LockGuard::new(self.as_owner(&owner), owner, mode, h, rx, watchdog)
     }
 }
 
-/// Releases what an interrupted acquisition may have left behind (a request cancelled or
-/// failed while its outcome was unknown), in the background, if the owner is ours alone.
-struct InflightCleanup {
-    conn: Connector,
-    key: String,
-    owner: String,
-    generated: bool,
-    armed: bool,
-}
-
-impl InflightCleanup {
-    fn new(conn: &Connector, key: &str, owner: &str, generated: bool) -> Self {
-        InflightCleanup {
-            conn: conn.clone(),
-            key: key.to_string(),
-            owner: owner.to_string(),
-            generated,
-            armed: false,
-        }
-    }
-    fn arm(&mut self) {
-        self.armed = self.generated;
-    }
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-    fn disarm_if_nothing_uncertain(&mut self, nothing_uncertain: bool) {
-        if nothing_uncertain {
-            self.armed = false;
-        }
-    }
-}
-
-impl Drop for InflightCleanup {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let conn = self.conn.clone();
-            let key = std::mem::take(&mut self.key);
-            let owner = std::mem::take(&mut self.owner);
-            handle.spawn(async move {
-                let _ = unlock_all(&conn, &key, &owner, RetryPolicy::default(), None).await;
-            });
-        }
-    }
-}
-
-/// Sends `RWLOCK.UNLOCK` until the server answers 0 (at most 64 times), or once if `once`.
-/// Returns how many holds were released.
-async fn unlock_all(
-    conn: &Connector,
-    key: &str,
-    owner: &str,
-    policy: RetryPolicy,
-    once: Option<()>,
-) -> Result<u64> {
-    let cmd = redis::cmd("RWLOCK.UNLOCK").arg(key).arg(owner).to_owned();
-    let mut released = 0;
-    for _ in 0..64 {
-        let v = query_retry(conn, &cmd, None, policy).await?;
-        match reply::int(&v) {
-            Some(1) => released += 1,
-            Some(0) => break,
-            _ => return Err(Error::Protocol(format!("RWLOCK.UNLOCK answered {v:?}"))),
-        }
-        if once.is_some() {
-            break;
-        }
-    }
-    Ok(released)
-}
-
-/// A short request with retries of transient failures until `deadline` (or the budget).
-pub(crate) async fn query_retry(
-    conn: &Connector,
-    cmd: &Cmd,
-    deadline: Option<Instant>,
-    policy: RetryPolicy,
-) -> Result<Value> {
-    let mut backoff = Backoff::new(policy);
-    loop {
-        match conn.query_within(cmd, conn.command_timeout()).await {
-            Ok(v) => return Ok(v),
-            Err(e) => match classify(e) {
-                Failure::Transient { err, .. } => match backoff.next_delay(deadline) {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => return Err(backoff.give_up(err)),
-                },
-                Failure::Fatal(e) => return Err(e),
-            },
-        }
-    }
-}
-
-/// A held lock. Its watchdog renews the lease (every third of the ttl by default) for as long as
-/// the guard lives.
-///
-/// Release it with [`LockGuard::release`]. Dropping it releases it too, as a best effort: the
-/// `RWLOCK.UNLOCK` is spawned on the current tokio runtime (if there is none, the lease simply
-/// lapses after its ttl).
-///
-/// Watch for loss with [`LockGuard::lost`] or [`LockGuard::status_watch`]: the guard signals
-/// it as soon as a renewal fails definitively, or when the local validity bound passes (the
-/// send time of the last successful grant or renewal plus the ttl minus a drift margin),
-/// which is before the server could grant the lock to anyone else.
-///
-/// ```no_run
-/// # async fn demo(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
-/// let guard = lock.write().await?;
-/// tokio::select! {
-///     reason = guard.lost() => eprintln!("lost the lock: {reason}"),
-///     _ = tokio::time::sleep(std::time::Duration::from_secs(30)) => {}
-/// }
-/// guard.release().await?;
-/// # Ok(()) }
-/// ```
-pub struct LockGuard {
-    conn: Connector,
-    key: String,
-    owner: String,
-    /// Release with `UNLOCK` until the server answers 0 (the owner is ours alone and a
-    /// surplus hold may exist: an earlier request's outcome was unknown, or the cluster
-    /// client may have resent a request on its own).
-    sweep: bool,
+/// One acquisition of a lock, as the driver sees it.
+struct LockShell<'a> {
+    lock: &'a RwLock,
     mode: LockMode,
-    token: u64,
-    status: watch::Receiver<LeaseStatus>,
-    watchdog: Option<JoinHandle<LossReason>>,
-    retry: RetryPolicy,
-    ttl: Duration,
+    owner: &'a str,
+    renew: Renewer,
 }
 
-impl fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("key", &self.key)
-            .field("owner", &self.owner)
-            .field("mode", &self.mode)
-            .field("token", &self.token)
-            .field("status", &*self.status.borrow())
-            .finish()
-    }
-}
-
-impl LockGuard {
-    /// The fencing token of this hold.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) { let t: u64 = g.token(); }
-    /// ```
-    pub fn token(&self) -> u64 {
-        self.token
+impl Shell for LockShell<'_> {
+    fn client(&self) -> &Client {
+        &self.lock.client
     }
 
-    /// The mode held.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.mode()); }
-    /// ```
-    pub fn mode(&self) -> LockMode {
-        self.mode
+    fn timing(&self) -> LeaseTiming {
+        self.lock.opts.timing
     }
 
-    /// The owner id this hold is registered under.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.owner()); }
-    /// ```
-    pub fn owner(&self) -> &str {
-        &self.owner
+    fn retry(&self) -> RetryPolicy {
+        self.lock.opts.retry
     }
 
-    /// The key.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.key()); }
-    /// ```
-    pub fn key(&self) -> &str {
-        &self.key
+    fn renewer(&self) -> &Renewer {
+        &self.renew
     }
 
-    /// The current lease status (a time-checked view: a `Held` whose bound has passed is
-    /// reported as lost).
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) { if !g.status().is_held() { /* stop */ } }
-    /// ```
-    pub fn status(&self) -> LeaseStatus {
-        match *self.status.borrow() {
-            LeaseStatus::Held { valid_until } if valid_until <= Instant::now() => {
-                LeaseStatus::Lost(LossReason::Expired)
-            }
-            s => s,
-        }
+    fn acquire_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd(match self.mode {
+            LockMode::Read => "RWLOCK.RLOCK",
+            LockMode::Write => "RWLOCK.WLOCK",
+        });
+        cmd.arg(&self.lock.key)
+            .arg(self.owner)
+            .arg(self.lock.opts.timing.ttl_ms());
+        cmd
     }
 
-    /// Whether the lease is certainly still valid right now.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) { assert!(g.is_held()); }
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.status().is_held()
+    async fn read_hold(&self) -> Result<Option<HoldView>, Failure> {
+        let client = &self.lock.client;
+        let cmd = redis::cmd("RWLOCK.INFO").arg(&self.lock.key).to_owned();
+        let v = client
+            .query_within(&cmd, client.command_timeout())
+            .await
+            .map_err(classify)?;
+        let info = LockInfo::parse(v).map_err(Failure::Fatal)?;
+        Ok(info.hold_of(self.owner, self.mode).map(|h| HoldView {
+            count: h.count,
+            token: h.token,
+        }))
     }
 
-    /// The local instant until which the lease is certainly valid, if held.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{:?}", g.valid_until()); }
-    /// ```
-    pub fn valid_until(&self) -> Option<Instant> {
-        match self.status() {
-            LeaseStatus::Held { valid_until } => Some(valid_until),
-            _ => None,
-        }
-    }
-
-    /// `Ok(())` while the lease is held, [`Error::LeaseLost`] after: a check to make before each
-    /// step of the protected work.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::LockGuard) -> redis_lease_client::Result<()> {
-    /// g.check()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn check(&self) -> Result<()> {
-        match self.status() {
-            LeaseStatus::Held { .. } => Ok(()),
-            LeaseStatus::Lost(r) => Err(Error::LeaseLost(r)),
-            LeaseStatus::Released => Err(Error::LeaseLost(LossReason::Revoked)),
-        }
-    }
-
-    /// A watch of the lease status (each renewal publishes the new bound; the loss publishes
-    /// `Lost`).
-    ///
-    /// ```no_run
-    /// # async fn f(g: &redis_lease_client::LockGuard) {
-    /// let mut rx = g.status_watch();
-    /// while rx.changed().await.is_ok() {
-    ///     if !rx.borrow().is_held() { break; }
-    /// }
-    /// # }
-    /// ```
-    pub fn status_watch(&self) -> watch::Receiver<LeaseStatus> {
-        self.status.clone()
-    }
-
-    /// Resolves when the lease is lost (never, while it is renewed).
-    ///
-    /// ```no_run
-    /// # async fn f(g: &redis_lease_client::LockGuard) {
-    /// let reason = g.lost().await;
-    /// # }
-    /// ```
-    pub fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
-        let mut rx = self.status.clone();
-        async move {
-            match lease::wait_lost(&mut rx).await {
-                LeaseStatus::Lost(r) => r,
-                _ => LossReason::Revoked,
-            }
-        }
-    }
-
-    /// Stops renewing and releases the hold. Answers whether the server still counted it
-    /// (false if the lease had already lapsed).
-    ///
-    /// ```no_run
-    /// # async fn f(g: redis_lease_client::LockGuard) -> redis_lease_client::Result<()> {
-    /// let was_held = g.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn release(mut self) -> Result<bool> {
-        if let Some(w) = self.watchdog.take() {
-            w.abort();
-        }
-        let n = unlock_all(
-            &self.conn,
-            &self.key,
-            &self.owner,
-            RetryPolicy {
-                budget: self.ttl,
-                ..self.retry
-            },
-            if self.sweep { None } else { Some(()) },
-        )
-        .await?;
-        Ok(n > 0)
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        let Some(w) = self.watchdog.take() else {
-            return;
+    async fn give_back(&self, sweep: bool) {
+        let how = if sweep {
+            Release::Sweep
+        } else {
+            Release::Times(1)
         };
-        w.abort();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let conn = self.conn.clone();
-            let key = std::mem::take(&mut self.key);
-            let owner = std::mem::take(&mut self.owner);
-            let once = if self.sweep { None } else { Some(()) };
-            let policy = RetryPolicy {
-                budget: self.ttl,
-                ..self.retry
-            };
-            handle.spawn(async move {
-                let _ = unlock_all(&conn, &key, &owner, policy, once).await;
-            });
-        }
+        let l = self.lock;
+        let _ = unlock(&l.client, &l.key, self.owner, l.release_policy(), how).await;
     }
 }

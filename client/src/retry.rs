@@ -102,29 +102,37 @@ pub(crate) fn classify(err: RedisError) -> Failure {
     }
 }
 
-/// Exponential backoff with full jitter.
+/// Exponential backoff with full jitter. Time is passed in (`now`), so the acquisition state
+/// machine stays free of clocks; `*_now` wrappers read the clock for the I/O loops.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     policy: RetryPolicy,
     attempt: u32,
     /// When the current run of failures started.
-    pub(crate) since: Instant,
+    since: Instant,
 }
 
 impl Backoff {
-    pub(crate) fn new(policy: RetryPolicy) -> Self {
+    pub(crate) fn new(policy: RetryPolicy, now: Instant) -> Self {
         Backoff {
             policy,
             attempt: 0,
-            since: Instant::now(),
+            since: now,
         }
+    }
+
+    pub(crate) fn new_now(policy: RetryPolicy) -> Self {
+        Backoff::new(policy, Instant::now())
     }
 
     /// The next delay (full jitter), or `None` if `deadline` (or, without one, the budget)
     /// does not leave room for another try.
-    pub(crate) fn next_delay(&mut self, deadline: Option<Instant>) -> Option<Duration> {
+    pub(crate) fn next_delay(
+        &mut self,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Option<Duration> {
         let limit = deadline.unwrap_or(self.since + self.policy.budget);
-        let now = Instant::now();
         if now >= limit {
             return None;
         }
@@ -139,13 +147,21 @@ impl Backoff {
         Some(d.min(limit - now))
     }
 
-    /// The error to report when giving up.
-    pub(crate) fn give_up(&self, last: RedisError) -> Error {
+    pub(crate) fn next_delay_now(&mut self, deadline: Option<Instant>) -> Option<Duration> {
+        self.next_delay(Instant::now(), deadline)
+    }
+
+    /// The error to report when giving up at `now`.
+    pub(crate) fn give_up(&self, now: Instant, last: RedisError) -> Error {
         Error::Unavailable {
             attempts: self.attempt + 1,
-            elapsed: self.since.elapsed(),
+            elapsed: now.saturating_duration_since(self.since),
             last,
         }
+    }
+
+    pub(crate) fn give_up_now(&self, last: RedisError) -> Error {
+        self.give_up(Instant::now(), last)
     }
 }
 
@@ -160,15 +176,18 @@ mod tests {
             max_delay: Duration::from_millis(40),
             budget: Duration::from_secs(60),
         };
-        let mut b = Backoff::new(policy);
+        let now = Instant::now();
+        let mut b = Backoff::new(policy, now);
         for _ in 0..50 {
-            let d = b.next_delay(None).unwrap();
+            let d = b.next_delay(now, None).unwrap();
             assert!(d <= Duration::from_millis(40));
         }
-        let past = Instant::now() - Duration::from_millis(1);
-        assert!(b.next_delay(Some(past)).is_none());
-        let soon = Instant::now() + Duration::from_millis(2);
-        assert!(b.next_delay(Some(soon)).unwrap() <= Duration::from_millis(2));
+        let past = now - Duration::from_millis(1);
+        assert!(b.next_delay(now, Some(past)).is_none());
+        let soon = now + Duration::from_millis(2);
+        assert!(b.next_delay(now, Some(soon)).unwrap() <= Duration::from_millis(2));
+        // Without a deadline, the budget limits the run of failures.
+        assert!(b.next_delay(now + Duration::from_secs(61), None).is_none());
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::pty;
 use common::*;
 use redis_lease_testkit::Server;
 
@@ -334,4 +335,300 @@ fn leader_watch_prints_every_change() {
     let _ = watcher.kill();
     let _ = watcher.wait();
     reader.join().unwrap();
+}
+
+/// The CLI at a real terminal: CMD reads what is typed there, and it is not stopped by SIGTTIN
+/// for reading from a background process group.
+#[test]
+fn an_interactive_command_reads_the_terminal_under_the_lock() {
+    let s = server();
+    let mut c = Command::new(BIN);
+    c.env("REDIS_URL", s.url()).args([
+        "lock",
+        "--ttl",
+        "1500",
+        "cli:tty",
+        "--",
+        "sh",
+        "-c",
+        "printf 'name? '; read x; echo \"got:[$x]\"",
+    ]);
+    let mut term = pty::Pty::spawn(c);
+    assert!(
+        term.wait_for("name? ", Duration::from_secs(10)),
+        "no prompt: {:?}",
+        term.seen()
+    );
+    wait_exists(&s, "cli:tty");
+    // Several renewals pass while the prompt waits.
+    std::thread::sleep(Duration::from_millis(2_000));
+    term.send(b"hello\n");
+    assert!(
+        term.wait_for("got:[hello]", Duration::from_secs(5)),
+        "CMD could not read the terminal: {:?}",
+        term.seen()
+    );
+    let st = term
+        .wait(Duration::from_secs(10))
+        .expect("redis-lease ended");
+    assert_eq!(st.code(), Some(0), "{:?}", term.seen());
+    assert_eq!(redis_get(&s, &["EXISTS", "cli:tty"]), redis::Value::Int(0));
+}
+
+/// Ctrl-C at the terminal (SIGINT to the terminal's foreground process group) ends a CMD that
+/// is reading the terminal, and the lock is released.
+#[test]
+fn ctrl_c_at_the_terminal_ends_the_command_and_releases_the_lock() {
+    let s = server();
+    let mut c = Command::new(BIN);
+    c.env("REDIS_URL", s.url()).args([
+        "lock",
+        "--ttl",
+        "1500",
+        "cli:ctrl-c",
+        "--",
+        "sh",
+        "-c",
+        "echo waiting; read x; echo never",
+    ]);
+    let mut term = pty::Pty::spawn(c);
+    assert!(
+        term.wait_for("waiting", Duration::from_secs(10)),
+        "{:?}",
+        term.seen()
+    );
+    wait_exists(&s, "cli:ctrl-c");
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    term.send(b"\x03");
+    let st = term
+        .wait(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("Ctrl-C did not end it: {:?}", term.seen()));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // Ended as CMD did, by SIGINT (a calling shell's $? is 130).
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}: {:?}", term.seen());
+    assert!(!term.seen().contains("never"));
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:ctrl-c"]),
+        redis::Value::Int(0)
+    );
+}
+
+/// A shell script that runs redis-lease stops at Ctrl-C too (as it would without redis-lease
+/// in between), although the terminal's SIGINT reached only CMD's process group.
+#[test]
+fn ctrl_c_stops_the_calling_script_too() {
+    let s = server();
+    let script =
+        format!("{BIN} lock --ttl 1500 cli:script -- sh -c 'echo waiting; read x'; echo after:$?");
+    let mut c = Command::new("bash");
+    c.env("REDIS_URL", s.url()).args(["-c", &script]);
+    let mut term = pty::Pty::spawn(c);
+    assert!(
+        term.wait_for("waiting", Duration::from_secs(10)),
+        "{:?}",
+        term.seen()
+    );
+    wait_exists(&s, "cli:script");
+    std::thread::sleep(Duration::from_millis(200));
+    term.send(b"\x03");
+    term.wait(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("Ctrl-C did not end it: {:?}", term.seen()));
+    // (Reads what the terminal showed until the end.)
+    assert!(
+        !term.wait_for("after:", Duration::from_millis(500)),
+        "the script went on: {:?}",
+        term.seen()
+    );
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:script"]),
+        redis::Value::Int(0)
+    );
+}
+
+/// Job control under a shell (`set -m`): Ctrl-Z stops the job as a whole (the shell sees it
+/// stopped and gets its terminal back), `fg` continues it with the terminal, and CMD goes on
+/// reading. A job that stayed stopped past its lease is not continued: CMD is stopped, exit 3.
+#[test]
+fn ctrl_z_stops_the_job_and_fg_continues_it_only_while_the_lease_is_held() {
+    let s = server();
+    let run = |key: &str, ttl: &str, pause: &str| {
+        let script = format!(
+            "set -m; {bin} lock --ttl {ttl} --grace 500 {key} -- sh -c 'read x; echo \"got:[$x]\"'; \
+             echo \"stopped:$?\"; sleep {pause}; fg; echo \"after-fg:$?\"",
+            bin = BIN
+        );
+        let mut c = Command::new("bash");
+        c.env("REDIS_URL", s.url()).args(["-c", &script]);
+        pty::Pty::spawn(c)
+    };
+
+    // Continued in time: CMD reads on.
+    let mut term = run("cli:job", "3000", "0.2");
+    wait_exists(&s, "cli:job");
+    std::thread::sleep(Duration::from_millis(300));
+    term.send(b"\x1a");
+    assert!(
+        term.wait_for("stopped:148", Duration::from_secs(5)),
+        "the shell did not see the job stop: {:?}",
+        term.seen()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    term.send(b"again\n");
+    assert!(
+        term.wait_for("got:[again]", Duration::from_secs(5)),
+        "CMD did not get the terminal back after fg: {:?}",
+        term.seen()
+    );
+    assert!(
+        term.wait_for("after-fg:0", Duration::from_secs(5)),
+        "{:?}",
+        term.seen()
+    );
+    term.wait(Duration::from_secs(5)).expect("the shell ended");
+    assert_eq!(redis_get(&s, &["EXISTS", "cli:job"]), redis::Value::Int(0));
+
+    // Stopped for longer than the lease: fg finds it lost and stops CMD.
+    let mut term = run("cli:job-lapsed", "1000", "2.5");
+    wait_exists(&s, "cli:job-lapsed");
+    std::thread::sleep(Duration::from_millis(300));
+    term.send(b"\x1a");
+    assert!(
+        term.wait_for("stopped:148", Duration::from_secs(5)),
+        "{:?}",
+        term.seen()
+    );
+    assert!(
+        term.wait_for("after-fg:3", Duration::from_secs(10)),
+        "a job continued past its lease must be stopped: {:?}",
+        term.seen()
+    );
+    assert!(term.seen().contains("was lost"), "{:?}", term.seen());
+    term.wait(Duration::from_secs(5)).expect("the shell ended");
+}
+
+/// `redis-lease leader --watch | head -1`: when the reader of stdout goes away, redis-lease
+/// ends quietly (status 0, no panic), whether or not another line comes.
+#[test]
+fn leader_watch_ends_quietly_when_its_reader_goes_away() {
+    use std::io::{BufRead, BufReader};
+    let s = server();
+    for another_change in [true, false] {
+        let mut watcher = cli(&s)
+            .args(["leader", "--watch", "cli:pipe"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(watcher.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap(); // the reader is dropped here: like `head -1` exiting
+        assert!(!first.is_empty());
+        if another_change {
+            redis_get(&s, &["LEADER.CAMPAIGN", "cli:pipe", "x", "5000"]);
+            redis_get(&s, &["LEADER.RESIGN", "cli:pipe", "x"]);
+        }
+        let st = wait_bounded(&mut watcher, Duration::from_secs(10));
+        let mut err = String::new();
+        use std::io::Read;
+        watcher
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(st.code(), Some(0), "stderr: {err}");
+        assert!(err.is_empty(), "nothing on stderr: {err}");
+    }
+}
+
+/// `--replicas N`: CMD runs only once N replicas acknowledged the grant.
+#[test]
+fn lock_with_replicas_runs_only_once_they_acknowledged_the_grant() {
+    let s = server();
+    let args = [
+        "lock",
+        "--replicas",
+        "1",
+        "--replica-timeout",
+        "200",
+        "--wait",
+        "0",
+        "cli:acked",
+        "--",
+        "sh",
+        "-c",
+        "echo ran",
+    ];
+    let out = cli(&s).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("replica"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:acked"]),
+        redis::Value::Int(0)
+    );
+
+    let _replica = common::replica::replica_of(&s);
+    let out = cli(&s).args(args).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+}
+
+/// `--url redis+sentinel://...`: the CLI finds the master through the sentinels.
+#[test]
+fn lock_and_info_through_sentinel() {
+    let group = common::sentinel::Group::start(1);
+    let out = Command::new(BIN)
+        .args([
+            "--url",
+            &group.url(),
+            "lock",
+            "--replicas",
+            "1",
+            "cli:sentinel",
+        ])
+        .args(["--", "sh", "-c", "echo token=$REDIS_LEASE_TOKEN"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let token: u64 = stdout
+        .trim()
+        .strip_prefix("token=")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(token >= 1);
+    let out = Command::new(BIN)
+        .args(["--url", &group.url(), "info", "cli:sentinel"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("holders: 0"));
+    // A bad URL is an error that says what is wrong.
+    let out = Command::new(BIN)
+        .args(["--url", "redis+sentinel://127.0.0.1:1", "info", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("service name"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

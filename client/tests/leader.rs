@@ -6,18 +6,19 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use redis_lease_client::{
-    current_leader, ElectionOptions, LeaderElector, LeaderObserver, LeaseTiming, RetryPolicy,
+    CampaignError, ElectionOptions, LeaderElector, LeaderObserver, LeaseTiming, RetryPolicy,
 };
 
 fn eopts(ttl_ms: u64) -> ElectionOptions {
     ElectionOptions {
-        timing: LeaseTiming::new(Duration::from_millis(ttl_ms)),
+        timing: LeaseTiming::new(Duration::from_millis(ttl_ms)).unwrap(),
         retry: RetryPolicy {
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(200),
             budget: Duration::from_secs(15),
         },
         campaign_wait: Duration::from_secs(5),
+        ..Default::default()
     }
 }
 
@@ -41,7 +42,7 @@ async fn one_leader_then_handover_on_resign() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert!(a.is_leader());
     assert!(!b.is_leader());
-    let cur = current_leader(&conn, "election:a").await.unwrap().unwrap();
+    let cur = conn.current_leader("election:a").await.unwrap().unwrap();
     assert_eq!((cur.candidate.as_str(), cur.term), ("a", term_a));
 
     let t = Instant::now();
@@ -57,7 +58,7 @@ async fn one_leader_then_handover_on_resign() {
     );
     assert!(term_b > term_a);
     assert!(b.resign().await.unwrap());
-    assert!(current_leader(&conn, "election:a").await.unwrap().is_none());
+    assert!(conn.current_leader("election:a").await.unwrap().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,4 +217,36 @@ async fn observer_resubscribes_after_a_server_restart() {
         .unwrap()
         .expect("z leads");
     assert_eq!(seen.candidate, "z");
+}
+
+#[tokio::test]
+async fn a_campaign_refused_by_the_server_stops_with_a_typed_error() {
+    let s = server();
+    let conn = connector(&s).await;
+    let mut c = raw(&s).await;
+    let _: () = redis::cmd("SET")
+        .arg("election:string")
+        .arg("not an election")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let e = conn
+        .elector("election:string")
+        .with_options(eopts(1_000))
+        .start();
+    let err = tokio::time::timeout(Duration::from_secs(5), e.wait_leader())
+        .await
+        .expect("answered in time")
+        .unwrap_err();
+    match &err {
+        redis_lease_client::Error::CampaignStopped(CampaignError::Refused { code, .. }) => {
+            assert_eq!(code, "WRONGTYPE")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        e.leadership().error,
+        Some(CampaignError::Refused { .. })
+    ));
+    assert!(!e.is_leader());
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use redis::AsyncCommands;
-use redis_lease_client::{LeaseStatus, LockMode, LossReason, RwLock};
+use redis_lease_client::{LeaseStatus, LockMode, LossReason, RwLock, Wait};
 use tokio::sync::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,7 +445,7 @@ async fn works_over_a_callers_connection_manager() {
     let s = server();
     let client = s.client();
     let manager = client.get_connection_manager().await.unwrap();
-    let conn = redis_lease_client::Connector::from_manager(client, manager);
+    let conn = redis_lease_client::Client::from_manager(client, manager);
     let lock = RwLock::new(&conn, "lock:manager").with_options(opts(2_000));
     let g = lock.write().await.unwrap();
     assert!(lock.try_write().await.unwrap().is_none());
@@ -460,4 +460,96 @@ async fn works_over_a_callers_connection_manager() {
         .expect("reader granted on release");
     assert_eq!(r.mode(), LockMode::Read);
     r.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_guard_downgrades_without_letting_go_and_upgrades_back() {
+    let s = server();
+    let conn = connector(&s).await;
+    let lock = conn.rwlock("lock:grade").with_options(opts(900));
+    let mut g = lock.write().await.unwrap();
+    let token = g.token();
+    assert!(
+        lock.try_read().await.unwrap().is_none(),
+        "a writer excludes readers"
+    );
+
+    g.downgrade().await.unwrap();
+    assert_eq!(g.mode(), LockMode::Read);
+    assert_eq!(g.token(), token, "a downgrade keeps the token");
+    let info = lock.info().await.unwrap();
+    assert_eq!(info.mode, Some(LockMode::Read), "{info:?}");
+    assert_eq!(
+        info.holders.len(),
+        1,
+        "only the read hold is left: {info:?}"
+    );
+    assert!(info.hold_of(g.owner(), LockMode::Read).is_some());
+    let other = lock
+        .try_read()
+        .await
+        .unwrap()
+        .expect("readers join after the downgrade");
+    assert!(lock.try_write().await.unwrap().is_none());
+
+    // With another reader present the upgrade is not granted at once; with a wait it is,
+    // ahead of the queue, when that reader leaves.
+    assert!(!g.upgrade(Wait::No).await.unwrap());
+    assert_eq!(g.mode(), LockMode::Read);
+    let leaves = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        other.release().await.unwrap();
+    });
+    let t = Instant::now();
+    assert!(g.upgrade(Wait::For(Duration::from_secs(5))).await.unwrap());
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    leaves.await.unwrap();
+    assert_eq!(g.mode(), LockMode::Write);
+    assert!(
+        g.token() > token,
+        "an upgrade is a new grant: {} > {token}",
+        g.token()
+    );
+    assert!(lock.try_read().await.unwrap().is_none());
+
+    // The watchdog keeps renewing both holds (one lease per owner), past the ttl.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(g.is_held(), "{:?}", g.status());
+    let info = lock.info().await.unwrap();
+    assert!(
+        info.hold_of(g.owner(), LockMode::Write).is_some(),
+        "{info:?}"
+    );
+    assert!(
+        info.hold_of(g.owner(), LockMode::Read).is_some(),
+        "{info:?}"
+    );
+
+    // The release gives back both holds: nothing is left.
+    assert!(g.release().await.unwrap());
+    let mut c = raw(&s).await;
+    let exists: i64 = c.exists("lock:grade").await.unwrap();
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test]
+async fn a_ttl_too_short_to_renew_is_refused_when_the_lock_is_made() {
+    let s = server();
+    let conn = connector(&s).await;
+    let err = conn
+        .rwlock("lock:short")
+        .with_ttl(Duration::from_millis(2))
+        .unwrap_err();
+    assert!(
+        matches!(err, redis_lease_client::Error::InvalidArgument(_)),
+        "{err}"
+    );
+    assert!(conn
+        .rwlock("lock:short")
+        .with_ttl(Duration::from_millis(4))
+        .is_ok());
 }

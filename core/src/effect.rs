@@ -1,3 +1,6 @@
+use smallvec::SmallVec;
+
+use crate::id::Id;
 use crate::{Mode, Ms};
 
 /// Why a holder was removed as a whole.
@@ -16,14 +19,14 @@ pub enum Effect {
     /// `owner` gains one hold of `mode`; its lease now ends at `deadline` and its token is
     /// `token` (the same token for a reentrant grant, a new one otherwise).
     Grant {
-        owner: Box<[u8]>,
+        owner: Id,
         mode: Mode,
         deadline: Ms,
         token: u64,
     },
     /// A semaphore's `owner` now holds `permits` until `deadline`, with `token`.
     Take {
-        owner: Box<[u8]>,
+        owner: Id,
         permits: u32,
         deadline: Ms,
         token: u64,
@@ -32,14 +35,11 @@ pub enum Effect {
     Limit { limit: u32 },
     /// `owner` gives back one hold: its write hold first, else one read hold (a semaphore
     /// holder gives back all its permits).
-    Release { owner: Box<[u8]> },
+    Release { owner: Id },
     /// `owner` loses all its holds.
-    Drop {
-        owner: Box<[u8]>,
-        reason: DropReason,
-    },
+    Drop { owner: Id, reason: DropReason },
     /// `owner`'s lease now ends at `deadline`.
-    Renew { owner: Box<[u8]>, deadline: Ms },
+    Renew { owner: Id, deadline: Ms },
 }
 
 impl Effect {
@@ -68,7 +68,8 @@ pub struct Woken {
 /// [`cancel`](crate::RwLock::cancel) is in exactly one of `woken` and `timed_out`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Changes {
-    pub effects: Vec<Effect>,
+    /// Inline for the common one or two effects of an operation: no allocation.
+    pub effects: SmallVec<[Effect; 2]>,
     pub woken: Vec<Woken>,
     pub timed_out: Vec<u64>,
 }

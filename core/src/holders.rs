@@ -1,5 +1,6 @@
 use std::collections::{BTreeSet, HashMap};
 
+use crate::id::Id;
 use crate::{Mode, Ms};
 
 /// One owner's holds on a key: how many of each mode, its lease deadline and its token.
@@ -40,33 +41,30 @@ pub struct HolderView<'a> {
     pub hold: Hold,
 }
 
-/// The holders of a key. A single holder, the common case, is stored inline, so a one-holder
-/// lock costs two small allocations; more holders live in a table indexed by owner and by
-/// deadline, so that no operation scans them all.
-#[derive(Debug)]
+/// The holders of a key. A single holder, the common case, is stored inline (its id too, up
+/// to 38 bytes), so a one-holder lock costs no allocation of its own; more holders live in a
+/// table indexed by owner and by deadline, so that no operation scans them all.
+#[derive(Debug, Default)]
 pub(crate) enum Holders {
-    One(Box<[u8]>, Hold),
-    /// Zero, or two and more holders.
+    #[default]
+    Empty,
+    One(Id, Hold),
+    /// Two and more holders (or none, briefly, in a table that shrinks back).
     Many(Box<Table>),
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Table {
-    by_owner: HashMap<Box<[u8]>, Hold>,
-    by_deadline: BTreeSet<(Ms, Box<[u8]>)>,
+    by_owner: HashMap<Id, Hold>,
+    by_deadline: BTreeSet<(Ms, Id)>,
     /// The sum of every holder's `reads` (a semaphore's permits in use).
     reads: u64,
-}
-
-impl Default for Holders {
-    fn default() -> Self {
-        Holders::Many(Box::default())
-    }
 }
 
 impl Holders {
     pub fn len(&self) -> usize {
         match self {
+            Holders::Empty => 0,
             Holders::One(..) => 1,
             Holders::Many(t) => t.by_owner.len(),
         }
@@ -74,6 +72,7 @@ impl Holders {
 
     pub fn get(&self, owner: &[u8]) -> Option<&Hold> {
         match self {
+            Holders::Empty => None,
             Holders::One(o, h) => (**o == *owner).then_some(h),
             Holders::Many(t) => t.by_owner.get(owner),
         }
@@ -82,6 +81,7 @@ impl Holders {
     /// The sum of every holder's `reads`: for a semaphore, the permits in use.
     pub fn total_reads(&self) -> u64 {
         match self {
+            Holders::Empty => 0,
             Holders::One(_, h) => h.reads.into(),
             Holders::Many(t) => t.reads,
         }
@@ -95,6 +95,7 @@ impl Holders {
     /// Sets (or inserts) `owner`'s hold.
     pub fn put(&mut self, owner: &[u8], hold: Hold) {
         match self {
+            Holders::Empty => *self = Holders::One(owner.into(), hold),
             Holders::One(o, h) if **o == *owner => *h = hold,
             Holders::One(..) => {
                 let Holders::One(o, h) = std::mem::take(self) else {
@@ -112,7 +113,7 @@ impl Holders {
                 Some(h) => {
                     t.reads = t.reads - u64::from(h.reads) + u64::from(hold.reads);
                     if h.deadline != hold.deadline {
-                        let key = (h.deadline, Box::<[u8]>::from(owner));
+                        let key = (h.deadline, Id::from(owner));
                         t.by_deadline.remove(&key);
                         t.by_deadline.insert((hold.deadline, key.1));
                     }
@@ -131,7 +132,7 @@ impl Holders {
                 *self = Holders::default();
                 Some(h)
             }
-            Holders::One(..) => None,
+            Holders::Empty | Holders::One(..) => None,
             Holders::Many(t) => {
                 let (key, hold) = t.by_owner.remove_entry(owner)?;
                 t.by_deadline.remove(&(hold.deadline, key));
@@ -152,6 +153,7 @@ impl Holders {
     /// The earliest deadline of any holder.
     pub fn min_deadline(&self) -> Option<Ms> {
         match self {
+            Holders::Empty => None,
             Holders::One(_, h) => Some(h.deadline),
             Holders::Many(t) => t.by_deadline.first().map(|(d, _)| *d),
         }
@@ -160,14 +162,16 @@ impl Holders {
     /// The latest deadline of any holder.
     pub fn max_deadline(&self) -> Option<Ms> {
         match self {
+            Holders::Empty => None,
             Holders::One(_, h) => Some(h.deadline),
             Holders::Many(t) => t.by_deadline.last().map(|(d, _)| *d),
         }
     }
 
     /// The owner whose deadline is earliest, if that deadline is at or before `now`.
-    pub fn first_lapsed(&self, now: Ms) -> Option<Box<[u8]>> {
+    pub fn first_lapsed(&self, now: Ms) -> Option<Id> {
         match self {
+            Holders::Empty => None,
             Holders::One(o, h) => (!h.live(now)).then(|| o.clone()),
             Holders::Many(t) => t
                 .by_deadline
@@ -180,6 +184,7 @@ impl Holders {
     /// Every holder, in no particular order.
     pub fn iter(&self) -> Box<dyn Iterator<Item = HolderView<'_>> + '_> {
         match self {
+            Holders::Empty => Box::new(std::iter::empty()),
             Holders::One(owner, hold) => {
                 Box::new(std::iter::once(HolderView { owner, hold: *hold }))
             }
@@ -195,11 +200,12 @@ impl Holders {
     /// for the table form: hash buckets, tree nodes, and each owner stored twice).
     pub fn heap_bytes(&self, round: &dyn Fn(usize) -> usize) -> usize {
         match self {
-            Holders::One(o, _) => round(o.len()),
+            Holders::Empty => 0,
+            Holders::One(o, _) => round(o.heap_len()),
             Holders::Many(t) => {
-                let owners: usize = t.by_owner.keys().map(|o| 2 * round(o.len())).sum();
-                let entry = std::mem::size_of::<(Box<[u8]>, Hold)>() + 1;
-                let index = std::mem::size_of::<(Ms, Box<[u8]>)>() + 8;
+                let owners: usize = t.by_owner.keys().map(|o| 2 * round(o.heap_len())).sum();
+                let entry = std::mem::size_of::<(Id, Hold)>() + 1;
+                let index = std::mem::size_of::<(Ms, Id)>() + 8;
                 round(std::mem::size_of::<Table>())
                     + t.by_owner.capacity() * entry
                     + t.by_deadline.len() * index
@@ -210,7 +216,7 @@ impl Holders {
 }
 
 impl Table {
-    fn insert(&mut self, owner: Box<[u8]>, hold: Hold) {
+    fn insert(&mut self, owner: Id, hold: Hold) {
         self.reads += u64::from(hold.reads);
         self.by_deadline.insert((hold.deadline, owner.clone()));
         self.by_owner.insert(owner, hold);
@@ -232,7 +238,15 @@ mod tests {
 
     #[test]
     fn one_holder_is_compact() {
-        assert!(std::mem::size_of::<Holders>() <= 40);
+        // The owner (up to 38 bytes) and its hold, inline: no allocation of their own.
+        assert!(
+            std::mem::size_of::<Holders>() <= 64,
+            "{}",
+            std::mem::size_of::<Holders>()
+        );
+        let mut h = Holders::default();
+        h.put(b"0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b", hold(10));
+        assert_eq!(h.heap_bytes(&|n| n), 0);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 mod effect;
 mod env;
 mod holders;
+mod id;
 mod lock;
 mod queue;
 mod tokens;
@@ -21,6 +22,7 @@ mod tokens;
 pub use effect::{Changes, DropReason, Effect, Woken};
 pub use env::{Env, Grants};
 pub use holders::{Hold, HolderView};
+pub use id::Id;
 pub use lock::{
     Acquire, Election, Keyed, Kind, Lock, LockError, Permits, Request, RwLock, Semaphore, Wait,
 };

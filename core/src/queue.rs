@@ -1,5 +1,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::id::Id;
 use crate::{Mode, Ms};
 
 /// A request parked in a key's queue. `id` is chosen by the shell, increasing with arrival,
@@ -7,7 +8,7 @@ use crate::{Mode, Ms};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Waiter {
     pub id: u64,
-    pub owner: Box<[u8]>,
+    pub owner: Id,
     pub mode: Mode,
     /// Permits asked for (semaphores; 1 for locks and elections).
     pub permits: u32,
@@ -26,10 +27,10 @@ pub(crate) struct Queue {
     fifo: BTreeMap<u64, Waiter>,
     untils: BTreeSet<(Ms, u64)>,
     /// Ids of the write requests in `fifo`, by owner.
-    writes: BTreeMap<Box<[u8]>, BTreeSet<u64>>,
+    writes: BTreeMap<Id, BTreeSet<u64>>,
     /// The owners in `writes` that hold the key now (kept up to date by the lock through
     /// [`Queue::holder_changed`]): the readers that also wait for the write lock.
-    held_writers: BTreeSet<Box<[u8]>>,
+    held_writers: BTreeSet<Id>,
 }
 
 impl Queue {
@@ -81,7 +82,7 @@ impl Queue {
     }
 
     /// The owners that hold the key and also wait for the write lock in arrival order.
-    pub fn held_writers(&self) -> impl Iterator<Item = &Box<[u8]>> {
+    pub fn held_writers(&self) -> impl Iterator<Item = &Id> {
         self.held_writers.iter()
     }
 
@@ -109,12 +110,14 @@ impl Queue {
         self.untils.first().copied()
     }
 
-    /// Drops waiters at the head that `alive` says are gone.
+    /// Drops the waiters at the head of each line that `alive` says are gone: a departed
+    /// upgrade, and departed waiters at the front of the arrival order (so that whichever line
+    /// serves next, its first waiter is alive).
     pub fn skip_dead(&mut self, alive: &dyn Fn(u64) -> bool) {
-        while let Some(id) = self.head().map(|w| w.id) {
-            if alive(id) {
-                return;
-            }
+        if let Some(id) = self.upgrade.as_ref().map(|w| w.id).filter(|id| !alive(*id)) {
+            self.cancel(id);
+        }
+        while let Some(id) = self.fifo.keys().next().copied().filter(|id| !alive(*id)) {
             self.cancel(id);
         }
     }
@@ -177,7 +180,7 @@ impl Queue {
         round(std::mem::size_of::<Queue>())
             + self
                 .iter()
-                .map(|w| std::mem::size_of::<Waiter>() + 48 + round(w.owner.len()))
+                .map(|w| std::mem::size_of::<Waiter>() + 48 + round(w.owner.heap_len()))
                 .sum::<usize>()
     }
 }

@@ -286,7 +286,7 @@ enum FuzzEffect {
 
 impl FuzzEffect {
     fn build(&self, owners: &[Vec<u8>]) -> Effect {
-        let o = |i: &usize| owners[*i].clone().into_boxed_slice();
+        let o = |i: &usize| owners[*i].clone().into();
         match self {
             FuzzEffect::Grant {
                 owner,

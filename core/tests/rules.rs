@@ -466,9 +466,9 @@ fn an_election_has_one_leader_whose_term_grows_on_every_change() {
 
 #[test]
 fn the_lock_struct_stays_small() {
-    // A one-holder lock: this struct plus the owner's bytes.
+    // A one-holder lock is this struct alone: an owner of up to 38 bytes is stored inline.
     assert!(
-        std::mem::size_of::<Lock>() <= 64,
+        std::mem::size_of::<Lock>() <= 88,
         "{}",
         std::mem::size_of::<Lock>()
     );

@@ -1,8 +1,10 @@
 //! `LEADER.*`: leader election.
 
-use redis_lease_core::Election;
+use redis_lease_core::{DropReason, Effect, Election};
 
-use super::{acquire, change, held_id, ms_left, new_id, options, read, token, ttl, Outcome};
+use super::{
+    acquire, change, held_id, ms_left, new_id, options, read, replay_own, token, ttl, Outcome,
+};
 use crate::clock;
 use crate::config;
 use crate::ffi::args::Args;
@@ -23,14 +25,27 @@ pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = held_id(args, 2, "candidate")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<Election, _>(ctx, args, None, |core, env| core.renew(candidate, ttl, env))?;
+    let t = change::<Election, _>(ctx, args, None, false, |core, env| {
+        core.renew(candidate, ttl, env)
+    })?;
     Ok(t.map_or(Reply::Nil, token))
 }
 
 /// `LEADER.RESIGN key candidate`
 pub fn resign(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = held_id(args, 2, "candidate")?;
-    let done = change::<Election, _>(ctx, args, false, |core, env| core.resign(candidate, env))?;
+    if ctx.replicated() {
+        let resign = Effect::Drop {
+            owner: candidate.into(),
+            reason: DropReason::Resign,
+        };
+        return Ok(Reply::Int(
+            replay_own::<Election>(ctx, args, resign)?.into(),
+        ));
+    }
+    let done = change::<Election, _>(ctx, args, false, true, |core, env| {
+        core.resign(candidate, env)
+    })?;
     Ok(Reply::Int(done.into()))
 }
 

@@ -2,11 +2,12 @@
 //! the argument rules, the acquire / change / read shapes, and the replies to the core's
 //! errors (their texts live in the shell, not in the core).
 
+pub mod exec;
 pub mod leader;
 pub mod rwlock;
 pub mod semaphore;
 
-use redis_lease_core::{Acquire, Changes, Env, LockError, Wait};
+use redis_lease_core::{Acquire, Changes, Effect, Env, LockError, Wait};
 
 use crate::clock;
 use crate::commit::{commit, ensure_slot, run, Origin};
@@ -145,7 +146,8 @@ where
         waiters::park(ctx, w.id, v.slot);
     }
     let owner = args.get(2);
-    commit::<K>(key, before, changes, Origin::Here { owner });
+    let origin = Origin::Here { owner, own: false };
+    commit::<K>(key, before, changes, origin);
     match result {
         Ok(Acquire::Granted(t)) => Ok(token(t)),
         Ok(Acquire::Busy) => Ok(Reply::Nil),
@@ -155,11 +157,13 @@ where
 }
 
 /// A change to an existing holder (UNLOCK, RENEW, RESIGN, RELEASE); `missing` answers a
-/// missing key.
+/// missing key. `own`: the command is its own effect when that is all it did (see
+/// `Origin::Here`).
 pub fn change<K: Saved, T>(
     ctx: &Ctx,
     args: &Args,
     missing: T,
+    own: bool,
     op: impl FnOnce(&mut K, &mut Env) -> (Changes, T),
 ) -> Result<T, ReplyError>
 where
@@ -178,8 +182,37 @@ where
     let before = v.core.lock().holder_count();
     let (changes, out) = run(v, (db, name), op);
     let owner = args.get(2);
-    commit::<K>(key, before, changes, Origin::Here { owner });
+    commit::<K>(key, before, changes, Origin::Here { owner, own });
     Ok(out)
+}
+
+/// A give-back that a master replicated as it came (it was all it did there): applied here as
+/// that one effect, without the clock or the queue; true if the owner held.
+pub fn replay_own<K: Saved>(ctx: &Ctx, args: &Args, effect: Effect) -> Result<bool, ReplyError>
+where
+    Stored<K>: Typed,
+{
+    let mut key = open(ctx, args)?;
+    let v = match key.value::<Stored<K>>() {
+        Ok(Some(v)) => v,
+        Ok(None) => return Ok(false),
+        Err(_) => return Err(WRONGTYPE.into()),
+    };
+    ensure_slot(v, ctx.db(), args.bytes(1));
+    let before = v.core.lock().holder_count();
+    let held = effect
+        .owner()
+        .is_some_and(|o| v.core.lock().holders().any(|h| h.owner == o));
+    let mut tokens = state::with(|s| s.tokens);
+    v.core.lock_mut().apply(&effect, &mut tokens);
+    let changes = Changes {
+        effects: smallvec::smallvec![effect],
+        ..Changes::default()
+    };
+    commit::<K>(key, before, changes, Origin::Replayed);
+    // This server's own AOF and replicas get it as it came.
+    crate::ffi::replicate::verbatim(ctx);
+    Ok(held)
 }
 
 /// What a read command sees of a key: its value, and how many of its queued waiters are

@@ -1,8 +1,10 @@
 //! `RWLOCK.*`: read-write locks.
 
-use redis_lease_core::{Mode, Request, RwLock};
+use redis_lease_core::{Effect, Mode, Request, RwLock};
 
-use super::{acquire, change, held_id, ms_left, new_id, options, read, token, ttl, Outcome};
+use super::{
+    acquire, change, held_id, ms_left, new_id, options, read, replay_own, token, ttl, Outcome,
+};
 use crate::clock;
 use crate::config;
 use crate::ffi::args::Args;
@@ -38,7 +40,13 @@ pub fn wlock(ctx: &Ctx, args: &Args) -> Outcome {
 /// `RWLOCK.UNLOCK key owner`
 pub fn unlock(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
-    let done = change::<RwLock, _>(ctx, args, false, |core, env| core.unlock(owner, env))?;
+    if ctx.replicated() {
+        let release = Effect::Release {
+            owner: owner.into(),
+        };
+        return Ok(Reply::Int(replay_own::<RwLock>(ctx, args, release)?.into()));
+    }
+    let done = change::<RwLock, _>(ctx, args, false, true, |core, env| core.unlock(owner, env))?;
     Ok(Reply::Int(done.into()))
 }
 
@@ -46,7 +54,9 @@ pub fn unlock(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<RwLock, _>(ctx, args, None, |core, env| core.renew(owner, ttl, env))?;
+    let t = change::<RwLock, _>(ctx, args, None, false, |core, env| {
+        core.renew(owner, ttl, env)
+    })?;
     Ok(t.map_or(Reply::Nil, token))
 }
 

@@ -1,8 +1,10 @@
 //! `SEMAPHORE.*`: counting semaphores with a lease per holder, served in arrival order.
 
-use redis_lease_core::{Permits, Semaphore};
+use redis_lease_core::{Effect, Permits, Semaphore};
 
-use super::{acquire, change, held_id, ms_left, new_id, options, read, token, ttl, Outcome};
+use super::{
+    acquire, change, held_id, ms_left, new_id, options, read, replay_own, token, ttl, Outcome,
+};
 use crate::clock;
 use crate::config;
 use crate::ffi::args::Args;
@@ -32,7 +34,16 @@ pub fn acquire_cmd(ctx: &Ctx, args: &Args) -> Outcome {
 /// `SEMAPHORE.RELEASE key owner`
 pub fn release(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
-    let done = change::<Semaphore, _>(ctx, args, false, |core, env| core.release(owner, env))?;
+    if ctx.replicated() {
+        let release = Effect::Release {
+            owner: owner.into(),
+        };
+        return Ok(Reply::Int(
+            replay_own::<Semaphore>(ctx, args, release)?.into(),
+        ));
+    }
+    let done =
+        change::<Semaphore, _>(ctx, args, false, true, |core, env| core.release(owner, env))?;
     Ok(Reply::Int(done.into()))
 }
 
@@ -40,7 +51,9 @@ pub fn release(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<Semaphore, _>(ctx, args, None, |core, env| core.renew(owner, ttl, env))?;
+    let t = change::<Semaphore, _>(ctx, args, None, false, |core, env| {
+        core.renew(owner, ttl, env)
+    })?;
     Ok(t.map_or(Reply::Nil, token))
 }
 

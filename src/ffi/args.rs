@@ -42,4 +42,9 @@ impl<'a> Args<'a> {
     pub fn rest(&self, i: usize) -> Vec<&'a [u8]> {
         (i..self.len()).map(|j| self.bytes(j)).collect()
     }
+
+    /// The raw argument vector from `i` on (for running them as a command).
+    pub fn raw_from(&self, i: usize) -> &'a [*mut raw::RedisModuleString] {
+        self.argv.get(i..).unwrap_or(&[])
+    }
 }

@@ -72,18 +72,22 @@ extern "C" fn on_reply<P: Parked>(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    guard::callback("a blocked client's reply", || {
-        // SAFETY: Redis calls this with the unblocked client's reply context; the private
-        // data is what `answer` boxed (or null), alive until `on_free`.
+    // SAFETY: Redis calls this with the unblocked client's reply context.
+    let Some(ctx) = (unsafe { Ctx::from_raw(ctx) }) else {
+        return raw::REDISMODULE_OK as c_int;
+    };
+    let replied = guard::callback("a blocked client's reply", || {
+        // SAFETY: the private data is what `answer` boxed (or null), alive until `on_free`.
         unsafe {
-            let Some(ctx) = Ctx::from_raw(ctx) else {
-                return;
-            };
             let data = api!(RedisModule_GetBlockedClientPrivateData)(ctx.raw()).cast::<P::Answer>();
             let answer = data.as_ref().map(|a| Answer(a, PhantomData));
             P::reply(&ctx, answer.as_ref().map(|a| a.0));
         }
     });
+    if replied.is_none() {
+        // Every parked client gets an answer, even when writing the real one failed.
+        ctx.reply_error_c(guard::INTERNAL);
+    }
     raw::REDISMODULE_OK as c_int
 }
 

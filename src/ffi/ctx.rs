@@ -60,6 +60,11 @@ impl Ctx {
             || flag(f, raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING))
     }
 
+    /// This server runs in Redis Cluster mode.
+    pub fn is_cluster(&self) -> bool {
+        flag(self.flags(), raw::REDISMODULE_CTX_FLAGS_CLUSTER)
+    }
+
     /// Redis is loading its data (RDB or AOF).
     pub fn loading(&self) -> bool {
         flag(self.flags(), raw::REDISMODULE_CTX_FLAGS_LOADING)

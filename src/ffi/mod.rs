@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod block;
+pub mod call;
 pub mod command;
 pub mod ctx;
 pub mod guard;

@@ -4,6 +4,8 @@
 
 use std::sync::OnceLock;
 
+use smallvec::SmallVec;
+
 use redis_lease_core::Effect;
 use redis_module::raw;
 
@@ -26,9 +28,10 @@ fn word(w: Word) -> *mut raw::RedisModuleString {
 /// Replicates `effects` on `key` (of kind `kind`). `owner` is the request's own owner
 /// argument, reused for effects that name it instead of copying it.
 pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<RStr>, effects: &[Effect]) {
-    let mut args: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(2 + effects.len() * 5);
+    // On the stack for the common case (one or two effects): no allocation of our own.
+    let mut args: SmallVec<[*mut raw::RedisModuleString; 16]> = SmallVec::new();
     // Strings made here, freed once Redis has taken its own references.
-    let mut made: Vec<RString> = Vec::new();
+    let mut made: SmallVec<[RString; 4]> = SmallVec::new();
     args.push(key.raw());
     args.push(word(kind));
     encode(effects, |a| {

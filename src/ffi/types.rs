@@ -45,8 +45,14 @@ pub trait DataType: Typed + Sized {
     fn copied(&self, to: Option<Place>) -> Self;
     /// The value is freed; may run on a background thread (lazy free).
     fn freed(self);
-    /// The data set's own record (saved once per RDB, before the keys), where `AUX` is set.
-    fn aux_save(_io: &mut Io) {}
+    /// The data set's own record (saved once per RDB, before the keys), where `aux` is set.
+    fn aux_save() -> Vec<Field<'static>> {
+        Vec::new()
+    }
+    /// The record written if planning the real one failed.
+    fn aux_save_empty() -> Vec<Field<'static>> {
+        Vec::new()
+    }
     fn aux_load(_io: &mut Io, _encver: i32) -> bool {
         true
     }
@@ -120,13 +126,7 @@ unsafe extern "C" fn rdb_save<T: DataType>(rdb: *mut raw::RedisModuleIO, value: 
         return;
     };
     let plan = guard::callback("rdb_save", || v.rdb_save());
-    let plan = plan.unwrap_or_else(T::rdb_save_empty);
-    for f in plan {
-        match f {
-            Field::U64(n) => io.save_u64(n),
-            Field::Bytes(b) => io.save_bytes(b),
-        }
-    }
+    write(&mut io, plan.unwrap_or_else(T::rdb_save_empty));
 }
 
 unsafe extern "C" fn aof_rewrite<T: DataType>(
@@ -216,12 +216,21 @@ unsafe extern "C" fn copy2<T: DataType>(
 }
 
 unsafe extern "C" fn aux_save<T: DataType>(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    guard::callback("aux_save", || {
-        // SAFETY: the stream being written.
-        if let Some(mut io) = unsafe { Io::from_raw(rdb) } {
-            T::aux_save(&mut io);
+    // SAFETY: the stream being written.
+    let Some(mut io) = (unsafe { Io::from_raw(rdb) }) else {
+        return;
+    };
+    let plan = guard::callback("aux_save", T::aux_save).unwrap_or_else(T::aux_save_empty);
+    write(&mut io, plan);
+}
+
+fn write(io: &mut Io, plan: Vec<Field>) {
+    for f in plan {
+        match f {
+            Field::U64(n) => io.save_u64(n),
+            Field::Bytes(b) => io.save_bytes(b),
         }
-    });
+    }
 }
 
 unsafe extern "C" fn aux_load<T: DataType>(

@@ -11,12 +11,18 @@
 //! * `cmd`: the module's commands as typed calls; blocking requests on their own thread.
 //! * `replica`, `aof`, `cluster`: replication, AOF files, a real Redis Cluster.
 //! * `stats`: percentiles of measured samples.
+//! * `fault`: servers with the fault-injection build of the module (`LEASE.FAULT`).
+//! * `dump`: DUMP payloads of module values, decoded and crafted (RDB fields, CRC64).
+//! * `socket`: a raw RESP2 client on a `TcpStream` (no retry can hide a lost reply).
+//! * `serverlog`: a server log without crashes, assertions or panics, and printable.
 //!
 //! Tests usually `use redis_lease_testkit::prelude::*;`.
 
 pub mod aof;
 pub mod cluster;
 pub mod cmd;
+pub mod dump;
+pub mod fault;
 pub mod info;
 pub mod module;
 pub mod poll;
@@ -24,6 +30,8 @@ pub mod raw;
 pub mod replica;
 pub mod reply;
 pub mod server;
+pub mod serverlog;
+pub mod socket;
 pub mod state;
 pub mod stats;
 
@@ -37,12 +45,15 @@ pub use server::{free_port, server_binary, Options, Server};
 pub mod prelude {
     pub use crate::aof::*;
     pub use crate::cmd::*;
+    pub use crate::fault::*;
     pub use crate::info::*;
     pub use crate::poll::*;
     pub use crate::raw::*;
     pub use crate::replica::*;
     pub use crate::reply::*;
     pub use crate::server::*;
+    pub use crate::serverlog::*;
+    pub use crate::socket::{Resp, Sock, REPLY_LIMIT};
     pub use crate::state::*;
     pub use crate::stats::*;
     pub use crate::{r, send};

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 /// The workspace root (the parent of this crate).
-fn workspace_root() -> &'static Path {
+pub(crate) fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("testkit lives inside the workspace")
@@ -38,7 +38,7 @@ fn default_module_path() -> PathBuf {
 /// out on purpose: cargo does not relink the module when they change in a way that does not
 /// concern it (a dependency of the client, a lint of another member), so `make` could not
 /// make the module newer than them and the guard would refuse forever.
-const SOURCE_DIRS: &[&str] = &["src", "core/src"];
+pub(crate) const SOURCE_DIRS: &[&str] = &["src", "core/src"];
 
 /// The module to load, checked once per test process: it must exist, and when it is the
 /// default one (not `REDIS_LEASE_MODULE`), it must be newer than every file it is built from.
@@ -60,7 +60,7 @@ pub fn checked_module() -> PathBuf {
 }
 
 /// `path` must exist; with `sources`, it must not be older than the newest file under them.
-fn check(path: &Path, sources: Option<&[PathBuf]>) -> Result<PathBuf, String> {
+pub(crate) fn check(path: &Path, sources: Option<&[PathBuf]>) -> Result<PathBuf, String> {
     let built =
         modified(path).ok_or_else(|| format!("module {} not built: run `make`", path.display()))?;
     if let Some(dirs) = sources {

@@ -1,9 +1,13 @@
 //! Shared helpers: a real redis-server with the module (testkit), and short lease settings.
 #![allow(dead_code)]
 
+pub mod pty;
+pub mod replica;
+pub mod sentinel;
+
 use std::time::{Duration, Instant};
 
-use redis_lease_client::{Connector, LeaseTiming, LockOptions, RetryPolicy};
+use redis_lease_client::{Client, LeaseTiming, LockOptions, RetryPolicy};
 use redis_lease_testkit::{Options, Server};
 
 /// A server with the module and the DEBUG command enabled (for DEBUG SLEEP).
@@ -11,18 +15,19 @@ pub fn server() -> Server {
     Server::with(Options::default().arg("enable-debug-command", "yes"))
 }
 
-pub async fn connector(s: &Server) -> Connector {
-    Connector::open(&s.url()).await.expect("connect")
+pub async fn connector(s: &Server) -> Client {
+    Client::open(&s.url()).await.expect("connect")
 }
 
 pub fn opts(ttl_ms: u64) -> LockOptions {
     LockOptions {
-        timing: LeaseTiming::new(Duration::from_millis(ttl_ms)),
+        timing: LeaseTiming::new(Duration::from_millis(ttl_ms)).expect("valid ttl"),
         retry: RetryPolicy {
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(200),
             budget: Duration::from_secs(15),
         },
+        ..Default::default()
     }
 }
 

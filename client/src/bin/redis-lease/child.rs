@@ -1,0 +1,225 @@
+//! Running CMD under a lease: spawning it in a process group of its own, forwarding signals,
+//! job control at a terminal, and stopping it when the lease is lost.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::tty::{self, Terminal};
+use crate::EXIT_FAILURE;
+
+/// How CMD ended.
+pub enum Outcome {
+    /// CMD ended with this exit code (128+N if killed by signal N).
+    Exited(u8),
+    /// CMD, in the terminal's foreground, was killed by Ctrl-C (SIGINT): see [`die_of_sigint`].
+    Interrupted,
+    /// The lease was lost (CMD was stopped).
+    Lost(String),
+}
+
+/// CMD, running in its own process group.
+pub struct Running {
+    child: Child,
+    pgid: libc::pid_t,
+    /// The controlling terminal, if there is one.
+    terminal: Option<Terminal>,
+    /// Whether CMD was given the terminal's foreground.
+    handed: bool,
+}
+
+/// Starts CMD with `env` added. It leads a new process group (so that stopping it reaches
+/// whatever it starts), is killed if redis-lease dies (Linux `PR_SET_PDEATHSIG`), and, when
+/// redis-lease is in the foreground of its terminal, gets the terminal's foreground.
+pub fn spawn(cmd: &[OsString], env: &[(&str, String)]) -> std::io::Result<Running> {
+    let terminal = Terminal::open();
+    let handoff = terminal.as_ref().filter(|t| t.ours()).map(Terminal::fd);
+    let mut c = Command::new(&cmd[0]);
+    c.args(&cmd[1..]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and only makes
+    // async-signal-safe calls (prctl, getpid, pthread_sigmask, tcsetpgrp) on plain values.
+    unsafe {
+        c.pre_exec(move || {
+            #[cfg(target_os = "linux")]
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Our new group (process_group(0) ran before this) takes the foreground, so CMD
+            // can read the terminal and gets Ctrl-C. Done here rather than in the parent, so
+            // that it is in place before CMD runs.
+            if let Some(fd) = handoff {
+                tty::give_terminal(fd, libc::getpid());
+            }
+            Ok(())
+        });
+    }
+    c.kill_on_drop(false);
+    let child = c.spawn()?;
+    let pgid = child.id().map_or(0, |p| p as libc::pid_t);
+    if terminal.is_some() {
+        // redis-lease is now a background group: let it write to the terminal and take the
+        // foreground back without being stopped (SIGTTOU), even with `stty tostop`.
+        // SAFETY: setting a signal's disposition to SIG_IGN involves no memory.
+        unsafe {
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        }
+    }
+    Ok(Running {
+        child,
+        pgid,
+        terminal,
+        handed: handoff.is_some(),
+    })
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        _ => EXIT_FAILURE,
+    }
+}
+
+impl Running {
+    fn signal(&self, sig: libc::c_int) {
+        if self.pgid > 0 {
+            // SAFETY: kill takes plain integers; the group is the child's own.
+            unsafe {
+                libc::kill(-self.pgid, sig);
+            }
+        }
+    }
+
+    /// Sends `sig`, then SIGCONT: a stopped CMD must run to act on it.
+    fn deliver(&self, sig: libc::c_int) {
+        self.signal(sig);
+        self.signal(libc::SIGCONT);
+    }
+
+    /// CMD stopped with `sig`: behave as a shell's job would.
+    fn on_stop(&self, sig: libc::c_int, held: &dyn Fn() -> bool) {
+        let Some(t) = &self.terminal else {
+            return;
+        };
+        match sig {
+            // Ctrl-Z (or a background CMD that needs the terminal): give the terminal back to
+            // the shell and stop, so that the shell shows the job stopped; on `fg` or `bg`,
+            // continue CMD.
+            libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => {
+                let background_read = sig != libc::SIGTSTP && t.ours();
+                if !background_read {
+                    if t.foreground() == self.pgid {
+                        t.take_back();
+                    }
+                    tty::stop_own_group();
+                }
+                if !held() {
+                    return; // the lease lapsed meanwhile: the caller stops CMD
+                }
+                if t.ours() {
+                    t.give(self.pgid);
+                }
+                self.signal(libc::SIGCONT);
+            }
+            // A SIGSTOP from someone else: theirs to undo.
+            _ => {}
+        }
+    }
+
+    /// Waits for CMD to end, forwarding SIGINT/SIGTERM/SIGHUP to it; stops it (SIGTERM, then
+    /// SIGKILL after `grace`) if `lost` resolves. `held` tells whether the lease is still held.
+    pub async fn supervise<L, R>(
+        mut self,
+        lost: L,
+        held: &dyn Fn() -> bool,
+        grace: Duration,
+    ) -> Outcome
+    where
+        L: std::future::Future<Output = R>,
+        R: std::fmt::Display,
+    {
+        let mut sigint = signal(SignalKind::interrupt()).ok();
+        let mut sigterm = signal(SignalKind::terminate()).ok();
+        let mut sighup = signal(SignalKind::hangup()).ok();
+        let mut sigchld = signal(SignalKind::child()).ok();
+        tokio::pin!(lost);
+        let outcome = loop {
+            tokio::select! {
+                status = self.child.wait() => {
+                    use std::os::unix::process::ExitStatusExt;
+                    break match status {
+                        Ok(st) if self.handed && st.signal() == Some(libc::SIGINT) => {
+                            Outcome::Interrupted
+                        }
+                        Ok(st) => Outcome::Exited(exit_code(st)),
+                        Err(_) => Outcome::Exited(EXIT_FAILURE),
+                    };
+                }
+                what = &mut lost => {
+                    self.deliver(libc::SIGTERM);
+                    if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+                        self.signal(libc::SIGKILL);
+                        let _ = self.child.wait().await;
+                    }
+                    break Outcome::Lost(what.to_string());
+                }
+                _ = recv(&mut sigchld) => {
+                    if let Some(sig) = tty::stopped(self.pgid) {
+                        self.on_stop(sig, held);
+                    }
+                }
+                _ = recv(&mut sigint) => self.deliver(libc::SIGINT),
+                _ = recv(&mut sigterm) => self.deliver(libc::SIGTERM),
+                _ = recv(&mut sighup) => self.deliver(libc::SIGHUP),
+            }
+        };
+        if let Some(t) = &self.terminal {
+            if t.foreground() == self.pgid {
+                t.take_back();
+            }
+        }
+        outcome
+    }
+}
+
+async fn recv(s: &mut Option<Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Ctrl-C at the terminal reached only CMD's process group, which had the foreground. Pass it
+/// on to redis-lease's own group, which had the foreground before (a shell script that ran
+/// redis-lease, the rest of a pipeline), and end by it: then a calling shell stops too, as it
+/// would have without redis-lease in between, and its `$?` is 130.
+pub fn die_of_sigint() -> ! {
+    // SAFETY: restoring the default disposition and signalling our own process group
+    // (pid 0) involve no memory.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::kill(0, libc::SIGINT);
+    }
+    std::process::exit(130)
+}
+
+/// Resolves with 128+N when redis-lease gets SIGINT, SIGTERM or SIGHUP (before CMD runs).
+pub async fn terminated() -> u8 {
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut hup = signal(SignalKind::hangup()).ok();
+    tokio::select! {
+        _ = recv(&mut int) => 128 + 2,
+        _ = recv(&mut term) => 128 + 15,
+        _ = recv(&mut hup) => 128 + 1,
+    }
+}

@@ -1,0 +1,447 @@
+//! A held lock ([`LockGuard`]), its upgrade and downgrade, and releasing holds.
+
+use std::fmt;
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::acquire::Wait;
+use crate::client::Client;
+use crate::drive::Held;
+use crate::lease::{self, LeaseStatus};
+use crate::lock::RwLock;
+use crate::lock_info::LockMode;
+use crate::reply;
+use crate::retry::RetryPolicy;
+use crate::{Error, LossReason, Result};
+
+/// How many holds of an owner to give back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// `RWLOCK.UNLOCK` until the server answers 0 (at most 64 times): every hold of an owner
+    /// that is ours alone, including a surplus one a lost reply may have left.
+    Sweep,
+    /// At most this many `RWLOCK.UNLOCK`s (each gives back one hold, the write hold first).
+    Times(u32),
+}
+
+/// Gives back holds of `owner` on `key`; answers how many were released.
+pub(crate) async fn unlock(
+    client: &Client,
+    key: &str,
+    owner: &str,
+    policy: RetryPolicy,
+    how: Release,
+) -> Result<u64> {
+    let cmd = redis::cmd("RWLOCK.UNLOCK").arg(key).arg(owner).to_owned();
+    let times = match how {
+        Release::Sweep => 64,
+        Release::Times(n) => n,
+    };
+    let mut released = 0;
+    for _ in 0..times {
+        let v = client.query_retry(&cmd, None, policy).await?;
+        match reply::int(&v) {
+            Some(1) => released += 1,
+            Some(0) => break,
+            _ => return Err(Error::Protocol(format!("RWLOCK.UNLOCK answered {v:?}"))),
+        }
+    }
+    Ok(released)
+}
+
+/// Releases what an interrupted acquisition may have left behind (a request cancelled or
+/// failed while its outcome was unknown), in the background, when armed.
+pub(crate) struct InflightCleanup {
+    client: Client,
+    key: String,
+    owner: String,
+    armed: bool,
+}
+
+impl InflightCleanup {
+    pub(crate) fn new(client: &Client, key: &str, owner: &str) -> Self {
+        InflightCleanup {
+            client: client.clone(),
+            key: key.to_string(),
+            owner: owner.to_string(),
+            armed: false,
+        }
+    }
+
+    pub(crate) fn set_armed(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+}
+
+impl Drop for InflightCleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            let key = std::mem::take(&mut self.key);
+            let owner = std::mem::take(&mut self.owner);
+            handle.spawn(async move {
+                let _ = unlock(
+                    &client,
+                    &key,
+                    &owner,
+                    RetryPolicy::default(),
+                    Release::Sweep,
+                )
+                .await;
+            });
+        }
+    }
+}
+
+/// A held lock. Its watchdog renews the lease (every third of the ttl by default) for as long as
+/// the guard lives.
+///
+/// Release it with [`LockGuard::release`]. Dropping it releases it too, as a best effort: the
+/// `RWLOCK.UNLOCK` is spawned on the current tokio runtime (if there is none, the lease simply
+/// lapses after its ttl).
+///
+/// Watch for loss with [`LockGuard::lost`] or [`LockGuard::status_watch`]: the guard signals
+/// it as soon as a renewal fails definitively, or when the local validity bound passes (the
+/// send time of the last successful grant or renewal plus the ttl minus a drift margin),
+/// which is before the server could grant the lock to anyone else.
+///
+/// A write guard can [`downgrade`](LockGuard::downgrade) to a read guard, and a read guard
+/// can [`upgrade`](LockGuard::upgrade) to the write lock, without letting go in between (the
+/// server's downgrade and upgrade rules).
+///
+/// ```no_run
+/// # async fn demo(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+/// let guard = lock.write().await?;
+/// tokio::select! {
+///     reason = guard.lost() => eprintln!("lost the lock: {reason}"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(30)) => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct LockGuard {
+    /// The lock, with this guard's owner.
+    lock: RwLock,
+    owner: String,
+    /// Release with `UNLOCK` until the server answers 0 (the owner is ours alone and a
+    /// surplus hold may exist: an earlier request's outcome was unknown, or the cluster
+    /// client may have resent a request on its own).
+    sweep: bool,
+    mode: LockMode,
+    token: u64,
+    /// How many holds of the owner this guard stands for: 2 after an upgrade (the read hold
+    /// stays under the write hold).
+    holds: u32,
+    status: watch::Receiver<LeaseStatus>,
+    watchdog: Option<JoinHandle<LossReason>>,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.lock.key())
+            .field("owner", &self.owner)
+            .field("mode", &self.mode)
+            .field("token", &self.token)
+            .field("status", &*self.status.borrow())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        lock: RwLock,
+        owner: String,
+        mode: LockMode,
+        held: Held,
+        status: watch::Receiver<LeaseStatus>,
+        watchdog: JoinHandle<LossReason>,
+    ) -> LockGuard {
+        LockGuard {
+            lock,
+            owner,
+            sweep: held.sweep,
+            mode,
+            token: held.token,
+            holds: 1,
+            status,
+            watchdog: Some(watchdog),
+        }
+    }
+
+    /// The fencing token of this hold.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) { let t: u64 = g.token(); }
+    /// ```
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The mode held.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.mode()); }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// The owner id this hold is registered under.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.owner()); }
+    /// ```
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The key.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.key()); }
+    /// ```
+    pub fn key(&self) -> &str {
+        self.lock.key()
+    }
+
+    /// The current lease status (a time-checked view: a `Held` whose bound has passed is
+    /// reported as lost).
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) { if !g.status().is_held() { /* stop */ } }
+    /// ```
+    pub fn status(&self) -> LeaseStatus {
+        match *self.status.borrow() {
+            LeaseStatus::Held { valid_until } if valid_until <= Instant::now() => {
+                LeaseStatus::Lost(LossReason::Expired)
+            }
+            s => s,
+        }
+    }
+
+    /// Whether the lease is certainly still valid right now.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) { assert!(g.is_held()); }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.status().is_held()
+    }
+
+    /// The local instant until which the lease is certainly valid, if held.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) { println!("{:?}", g.valid_until()); }
+    /// ```
+    pub fn valid_until(&self) -> Option<Instant> {
+        match self.status() {
+            LeaseStatus::Held { valid_until } => Some(valid_until),
+            _ => None,
+        }
+    }
+
+    /// `Ok(())` while the lease is held, [`Error::LeaseLost`] after: a check to make before each
+    /// step of the protected work.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) -> redis_lease_client::Result<()> {
+    /// g.check()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        match self.status() {
+            LeaseStatus::Held { .. } => Ok(()),
+            LeaseStatus::Lost(r) => Err(Error::LeaseLost(r)),
+            LeaseStatus::Released => Err(Error::LeaseLost(LossReason::Revoked)),
+        }
+    }
+
+    /// A watch of the lease status (each renewal publishes the new bound; the loss publishes
+    /// `Lost`).
+    ///
+    /// ```no_run
+    /// # async fn f(g: &redis_lease_client::LockGuard) {
+    /// let mut rx = g.status_watch();
+    /// while rx.changed().await.is_ok() {
+    ///     if !rx.borrow().is_held() { break; }
+    /// }
+    /// # }
+    /// ```
+    pub fn status_watch(&self) -> watch::Receiver<LeaseStatus> {
+        self.status.clone()
+    }
+
+    /// Resolves when the lease is lost (never, while it is renewed).
+    ///
+    /// ```no_run
+    /// # async fn f(g: &redis_lease_client::LockGuard) {
+    /// let reason = g.lost().await;
+    /// # }
+    /// ```
+    pub fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
+        let mut rx = self.status.clone();
+        async move {
+            match lease::wait_lost(&mut rx).await {
+                LeaseStatus::Lost(r) => r,
+                _ => LossReason::Revoked,
+            }
+        }
+    }
+
+    /// Upgrades a read guard to the write lock, waiting as `wait` says, without giving up the
+    /// read hold meanwhile (the server's upgrade: granted at once if this is the only reader,
+    /// else it waits ahead of the queue). Answers whether it was granted; the guard then holds
+    /// the write lock with a new token, and its release gives back both holds. A second
+    /// reader asking to upgrade while one waits gets [`Error::Deadlock`]. A write guard
+    /// answers `true` at once.
+    ///
+    /// ```no_run
+    /// # async fn f(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+    /// use redis_lease_client::Wait;
+    /// let mut g = lock.read().await?;
+    /// if g.upgrade(Wait::For(std::time::Duration::from_secs(2))).await? {
+    ///     println!("now writing with token {}", g.token());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn upgrade(&mut self, wait: Wait) -> Result<bool> {
+        if self.mode == LockMode::Write {
+            return Ok(true);
+        }
+        self.check()?;
+        let acks = self.lock.options().acks();
+        // Never swept on interruption: that would give back the read hold too.
+        let mut cleanup = InflightCleanup::new(self.lock.client(), self.key(), &self.owner);
+        match self
+            .lock
+            .drive(
+                LockMode::Write,
+                &self.owner,
+                false,
+                wait,
+                acks,
+                &mut cleanup,
+            )
+            .await?
+        {
+            Some(h) => {
+                self.mode = LockMode::Write;
+                self.token = h.token;
+                self.holds += 1;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Downgrades a write guard to a read guard without letting go in between (the server's
+    /// downgrade: a writer may take a read hold, and `UNLOCK` gives back the write hold
+    /// first). Other readers can join as soon as it returns. The token stays. A read guard
+    /// returns at once.
+    ///
+    /// ```no_run
+    /// # async fn f(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+    /// let mut g = lock.write().await?;
+    /// // ... write ...
+    /// g.downgrade().await?;
+    /// // ... go on reading what was written, while other readers may read too ...
+    /// g.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn downgrade(&mut self) -> Result<()> {
+        if self.mode == LockMode::Read {
+            return Ok(());
+        }
+        self.check()?;
+        if self.holds < 2 {
+            // Take the read hold under the write hold (granted at once: a reentrant request
+            // of the holder). It adds no exclusivity, so no replica acknowledgement is needed.
+            let mut cleanup = InflightCleanup::new(self.lock.client(), self.key(), &self.owner);
+            self.lock
+                .drive(
+                    LockMode::Read,
+                    &self.owner,
+                    false,
+                    Wait::No,
+                    None,
+                    &mut cleanup,
+                )
+                .await?
+                .ok_or_else(|| Error::Protocol("a writer's read request was refused".into()))?;
+            self.holds += 1;
+        }
+        // Give back the write hold (UNLOCK takes the write hold first).
+        unlock(
+            self.lock.client(),
+            self.lock.key(),
+            &self.owner,
+            self.lock.release_policy(),
+            Release::Times(1),
+        )
+        .await?;
+        self.holds -= 1;
+        self.mode = LockMode::Read;
+        Ok(())
+    }
+
+    /// Stops renewing and releases the hold. Answers whether the server still counted it
+    /// (false if the lease had already lapsed).
+    ///
+    /// ```no_run
+    /// # async fn f(g: redis_lease_client::LockGuard) -> redis_lease_client::Result<()> {
+    /// let was_held = g.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<bool> {
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
+        let n = unlock(
+            self.lock.client(),
+            self.lock.key(),
+            &self.owner,
+            self.lock.release_policy(),
+            self.how(),
+        )
+        .await?;
+        Ok(n > 0)
+    }
+
+    fn how(&self) -> Release {
+        if self.sweep {
+            Release::Sweep
+        } else {
+            Release::Times(self.holds)
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(w) = self.watchdog.take() else {
+            return;
+        };
+        w.abort();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let lock = self.lock.clone();
+            let owner = std::mem::take(&mut self.owner);
+            let how = self.how();
+            handle.spawn(async move {
+                let _ = unlock(
+                    lock.client(),
+                    lock.key(),
+                    &owner,
+                    lock.release_policy(),
+                    how,
+                )
+                .await;
+            });
+        }
+    }
+}

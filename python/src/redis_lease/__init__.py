@@ -1,0 +1,60 @@
+"""redis-lease: distributed read-write locks, leader election and semaphores with a lease per
+holder and fencing tokens, on the redis-lease Redis module. Sync API (threads); the same on
+asyncio in :mod:`redis_lease.asyncio`.
+
+>>> import redis
+>>> from redis_lease import RwLock
+>>> lock = RwLock(redis.Redis(), "orders", ttl=5.0)  # doctest: +SKIP
+>>> with lock.write(timeout=10.0) as guard:           # doctest: +SKIP
+...     guard.token
+"""
+
+from .connector import Connector
+from .errors import (
+    Deadlock,
+    Fenced,
+    LeaseError,
+    LeaseLost,
+    LockGone,
+    LossReason,
+    NotAcquired,
+    ProtocolError,
+    Unavailable,
+)
+from .guards import Guard, Leadership, LockGuard, SemaphoreGuard
+from .leader import LeaderElector, LeaderObserver, current_leader
+from .lock import RwLock
+from .replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
+from .retry import RetryPolicy
+from .semaphore import Semaphore
+from .timing import LeaseTiming
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Connector",
+    "Deadlock",
+    "Fenced",
+    "Guard",
+    "Holder",
+    "LeaderElector",
+    "LeaderInfo",
+    "LeaderObserver",
+    "Leadership",
+    "LeaseError",
+    "LeaseLost",
+    "LeaseTiming",
+    "LockGone",
+    "LockGuard",
+    "LockInfo",
+    "LossReason",
+    "NotAcquired",
+    "ProtocolError",
+    "RetryPolicy",
+    "RwLock",
+    "Semaphore",
+    "SemaphoreGuard",
+    "SemaphoreInfo",
+    "Unavailable",
+    "current_leader",
+]

@@ -1,0 +1,46 @@
+"""The same API as :mod:`redis_lease`, on ``redis.asyncio``::
+
+    import redis.asyncio as redis
+    from redis_lease.asyncio import RwLock
+
+    lock = RwLock(redis.Redis(), "orders", ttl=5.0)
+    async with lock.write(timeout=10.0) as guard:
+        guard.token, guard.lost   # lost is an asyncio.Event
+"""
+
+from ..errors import Deadlock, Fenced, LeaseError, LeaseLost, LockGone, LossReason, NotAcquired, ProtocolError, Unavailable
+from ..replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
+from ..retry import RetryPolicy
+from .connector import Connector
+from .guards import Acquiring, Guard, Leadership, LockGuard, SemaphoreGuard
+from .leader import LeaderElector, LeaderObserver, current_leader
+from .lock import RwLock
+from .semaphore import Semaphore
+
+__all__ = [
+    "Acquiring",
+    "Connector",
+    "Deadlock",
+    "Fenced",
+    "Guard",
+    "Holder",
+    "LeaderElector",
+    "LeaderInfo",
+    "LeaderObserver",
+    "Leadership",
+    "LeaseError",
+    "LeaseLost",
+    "LockGone",
+    "LockGuard",
+    "LockInfo",
+    "LossReason",
+    "NotAcquired",
+    "ProtocolError",
+    "RetryPolicy",
+    "RwLock",
+    "Semaphore",
+    "SemaphoreGuard",
+    "SemaphoreInfo",
+    "Unavailable",
+    "current_leader",
+]

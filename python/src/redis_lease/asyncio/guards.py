@@ -1,0 +1,278 @@
+"""asyncio guards: a held lease, its watchdog task and its release."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Set, Type, TypeVar
+
+from .. import protocol
+from ..errors import LeaseLost, LossReason
+from ..spec import Spec
+from .connector import Connector
+
+G = TypeVar("G", bound="Guard")
+
+# Background tasks (watchdogs, best-effort releases) are kept here so that they are not
+# collected while they run.
+_tasks: Set["asyncio.Task[Any]"] = set()
+
+
+def spawn(coro: Awaitable[Any]) -> Optional["asyncio.Task[Any]"]:
+    try:
+        task = asyncio.ensure_future(coro)
+    except RuntimeError:  # no running loop: the lease lapses after its ttl
+        if asyncio.iscoroutine(coro):
+            coro.close()
+        return None
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    return task
+
+
+class LeaseState:
+    """What a guard and its watchdog share (never the guard itself, so a guard dropped without
+    release can be collected and then released)."""
+
+    def __init__(self, valid_until: float) -> None:
+        self.valid_until = valid_until
+        self.reason: Optional[LossReason] = None
+        self.lost = asyncio.Event()
+        self.stop = asyncio.Event()
+
+    def publish(self, bound: Optional[float], reason: Optional[LossReason]) -> None:
+        if self.lost.is_set() or self.stop.is_set():
+            return
+        if reason is None and bound is not None:
+            self.valid_until = bound
+            return
+        self.reason = reason or LossReason.FAILED
+        self.lost.set()
+        self.stop.set()
+
+    def expire_if_due(self) -> None:
+        if not self.lost.is_set() and time.monotonic() >= self.valid_until:
+            self.publish(None, LossReason.EXPIRED)
+
+
+async def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseState) -> None:
+    try:
+        await conn.run(machine, stop=state.stop)
+    except asyncio.CancelledError:
+        raise
+    except BaseException:  # noqa: BLE001 - a watchdog that dies must not leave the lease "held"
+        state.publish(None, LossReason.FAILED)
+
+
+async def _release(conn: Connector, kind: protocol.Kind, sweep: bool, spec: Spec) -> int:
+    return await conn.run(protocol.release(kind, sweep, spec.release_policy(), spec.command_timeout))
+
+
+async def _release_quietly(conn: Connector, kind: protocol.Kind, sweep: bool, spec: Spec) -> None:
+    try:
+        await _release(conn, kind, sweep, spec)
+    except Exception:  # noqa: BLE001 - best effort: the lease lapses by itself
+        pass
+
+
+class Guard:
+    """A held lease; its watchdog (an asyncio task) renews it every third of the ttl.
+
+    ``lost`` (an ``asyncio.Event``) is set as soon as a renewal answers that the hold is gone,
+    or when the lease can no longer be proven valid (send time of the last grant or renewal +
+    ttl - drift margin), before the server could grant it to anyone else. A loss is final.
+    Release with ``await guard.release()`` or by leaving the ``async with`` block; releasing
+    twice is harmless; a guard dropped unreleased is released by a background task.
+    """
+
+    def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant) -> None:
+        self._conn = conn
+        self._spec = spec
+        self._kind = kind
+        self._sweep = grant.sweep
+        self._released = False
+        # A lost guard of a caller-chosen owner sends no release: a newer guard of the same id
+        # (elected again, or granted again) would lose its hold. The lost hold lapses alone.
+        self._release_when_lost = kind.generated
+        self.key: Any = spec.key
+        self.owner: str = kind.release[2]
+        self.token: int = grant.token
+        self._state = LeaseState(spec.timing.valid_until(grant.sent))
+        dog = protocol.watchdog(kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish)
+        self._task = spawn(_watch(conn, dog, self._state))
+
+    @property
+    def lost(self) -> asyncio.Event:
+        self._state.expire_if_due()
+        return self._state.lost
+
+    @property
+    def reason(self) -> Optional[LossReason]:
+        if self._released and not self._state.lost.is_set():
+            return LossReason.RELEASED
+        self._state.expire_if_due()
+        return self._state.reason
+
+    @property
+    def valid_until(self) -> Optional[float]:
+        return self._state.valid_until if self.held else None
+
+    @property
+    def held(self) -> bool:
+        self._state.expire_if_due()
+        return not self._released and not self._state.lost.is_set()
+
+    def check(self) -> None:
+        """Raises :class:`LeaseLost` unless the lease is held."""
+        if not self.held:
+            raise LeaseLost(self.reason or LossReason.RELEASED)
+
+    async def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the lease is lost (or released) or ``timeout`` passes; answers whether
+        it is no longer held."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if not self.held:
+                return True
+            left = self._state.valid_until - time.monotonic()
+            if end is not None:
+                left = min(left, end - time.monotonic())
+            try:
+                await asyncio.wait_for(self._state.lost.wait(), max(left, 0.0))
+                return True
+            except asyncio.TimeoutError:
+                pass
+            if end is not None and time.monotonic() >= end:
+                return not self.held
+
+    async def release(self) -> bool:
+        """Stops renewing and releases the hold. Answers whether the server still counted it."""
+        if self._released:
+            return False
+        self._released = True
+        await self._stop_watchdog()
+        if self._state.lost.is_set() and not self._release_when_lost:
+            return False
+        return await _release(self._conn, self._kind, self._sweep, self._spec) > 0
+
+    async def _stop_watchdog(self) -> None:
+        # Cancelled mid-renewal, its connection is closed rather than left to the idle pool.
+        self._state.stop.set()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def abandon(self) -> None:
+        """Stops renewing without releasing: the lease lapses on the server after its ttl."""
+        self._released = True
+        self._state.stop.set()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def exec(self, *command: Any) -> Any:
+        """``LEASE.EXEC key token command...``: runs ``command`` only while this hold is live.
+        Raises :class:`~redis_lease.Fenced` when it is not (nothing ran)."""
+        bound = max(self._state.valid_until, time.monotonic() + self._spec.command_timeout)
+        return await self._conn.run(
+            protocol.fenced_exec(self.key, self.token, command, bound, self._spec.retry, self._spec.command_timeout)
+        )
+
+    async def __aenter__(self: G) -> G:
+        return self
+
+    async def __aexit__(
+        self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        try:
+            await self.release()
+        except Exception:
+            if et is None:
+                raise
+
+    def __del__(self) -> None:
+        try:
+            if self._released:
+                return
+            self._released = True
+            self._state.stop.set()
+            if self._state.lost.is_set() and not self._release_when_lost:
+                return
+            loop = self._task.get_loop() if self._task is not None else None
+            if loop is not None and not loop.is_closed():
+                conn, kind, sweep, spec = self._conn, self._kind, self._sweep, self._spec
+                loop.call_soon_threadsafe(lambda: spawn(_release_quietly(conn, kind, sweep, spec)))
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} key={self.key!r} owner={self.owner!r} token={self.token} held={self.held}>"
+
+
+class LockGuard(Guard):
+    """A held read or write lock (see :class:`Guard`)."""
+
+    def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, mode: str) -> None:
+        self.mode = mode
+        super().__init__(conn, spec, kind, grant)
+
+
+class Leadership(Guard):
+    """Leadership of an election; ``term`` is its fencing token. ``release()`` resigns."""
+
+    @property
+    def term(self) -> int:
+        return self.token
+
+    @property
+    def candidate(self) -> str:
+        return self.owner
+
+    async def resign(self) -> bool:
+        return await self.release()
+
+
+class SemaphoreGuard(Guard):
+    """Permits held on a semaphore (see :class:`Guard`)."""
+
+    def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, permits: int) -> None:
+        self.permits = permits
+        super().__init__(conn, spec, kind, grant)
+
+
+async def acquire(
+    conn: Connector, spec: Spec, kind: protocol.Kind, wait: Optional[float], make: Callable[[protocol.Grant], G]
+) -> Optional[G]:
+    """Runs one acquisition; a grant becomes a guard. If it ends abnormally (an error, a
+    cancellation) while a grant of ours may exist, that grant is released in the background."""
+    acq = protocol.Acquisition(kind, spec.timing, spec.retry, spec.command_timeout, wait)
+    try:
+        grant = await conn.run(acq.run())
+        return None if grant is None else make(grant)
+    except BaseException:
+        if acq.armed:
+            spawn(_release_quietly(conn, kind, True, spec))
+        raise
+
+
+class Acquiring(Generic[G]):
+    """What ``lock.write()`` and friends answer: ``await`` it for the guard, or use it as
+    ``async with lock.write() as guard:`` (released on exit)."""
+
+    def __init__(self, start: Callable[[], Awaitable[G]]) -> None:
+        self._start = start
+        self._guard: Optional[G] = None
+
+    def __await__(self) -> Generator[Any, None, G]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> G:
+        self._guard = await self._start()
+        return self._guard
+
+    async def __aexit__(
+        self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        if self._guard is not None:
+            await self._guard.__aexit__(et, ev, tb)

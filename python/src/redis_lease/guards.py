@@ -1,0 +1,285 @@
+"""Sync guards: a held lease, its watchdog thread and its release."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from types import TracebackType
+from typing import Any, Callable, Optional, Type, TypeVar
+
+from . import protocol
+from .connector import Connector
+from .errors import LeaseLost, LossReason
+from .spec import Spec
+
+G = TypeVar("G", bound="Guard")
+
+
+class LeaseState:
+    """What a guard and its watchdog share. The watchdog never holds the guard itself, so a
+    guard dropped without release can be collected (and then released)."""
+
+    def __init__(self, valid_until: float) -> None:
+        self.lock = threading.Lock()
+        self.valid_until = valid_until
+        self.reason: Optional[LossReason] = None
+        self.lost = threading.Event()
+        self.stop = threading.Event()
+
+    def publish(self, bound: Optional[float], reason: Optional[LossReason]) -> None:
+        with self.lock:
+            if self.lost.is_set() or self.stop.is_set():
+                return  # a loss is final, and after a release nothing matters
+            if reason is None and bound is not None:
+                self.valid_until = bound
+                return
+            self.reason = reason or LossReason.FAILED
+            self.lost.set()
+            self.stop.set()
+
+    def expire_if_due(self) -> None:
+        """Declares the loss when the validity bound has passed (should the watchdog be late)."""
+        if not self.lost.is_set() and time.monotonic() >= self.valid_until:
+            self.publish(None, LossReason.EXPIRED)
+
+
+def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseState) -> None:
+    try:
+        conn.run(machine, stop=state.stop)
+    except BaseException:  # noqa: BLE001 - a watchdog that dies must not leave the lease "held"
+        state.publish(None, LossReason.FAILED)
+
+
+# Background releases (a dropped guard, an interrupted acquisition) go through one queue to a
+# daemon thread: a finalizer may run anywhere (inside threading's own locks, or while the
+# interpreter shuts down), where starting a thread or taking a lock can hang forever, but
+# SimpleQueue.put is safe there.
+_jobs: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+_reaper_lock = threading.Lock()
+_reaper: Optional[threading.Thread] = None
+
+
+def _ensure_reaper() -> None:
+    """Starts the releasing thread (from ordinary code, never from a finalizer)."""
+    global _reaper
+    if _reaper is not None:
+        return
+    with _reaper_lock:
+        if _reaper is None:
+            t = threading.Thread(target=_reap, name="redis-lease releaser", daemon=True)
+            t.start()
+            _reaper = t
+
+
+def _reap() -> None:
+    while True:
+        job = _jobs.get()
+        try:
+            threading.Thread(target=job, name="redis-lease release", daemon=True).start()
+        except RuntimeError:
+            return  # interpreter shutting down: the leases lapse after their ttl
+
+
+def release_quietly(
+    conn: Connector, kind: protocol.Kind, sweep: bool, spec: Spec, state: Optional[LeaseState] = None
+) -> None:
+    """Best-effort release in the background (safe to call from a finalizer)."""
+
+    def run() -> None:
+        try:
+            if state is not None:
+                state.stop.set()
+            conn.run(protocol.release(kind, sweep, spec.release_policy(), spec.command_timeout))
+        except Exception:  # noqa: BLE001 - best effort: the lease lapses by itself
+            pass
+
+    _jobs.put(run)
+
+
+class Guard:
+    """A held lease. Its watchdog (a daemon thread) renews it every third of the ttl.
+
+    ``lost`` (a ``threading.Event``) is set as soon as a renewal answers that the hold is gone,
+    or when the lease can no longer be proven valid: the send time of the last successful grant
+    or renewal + ttl - a drift margin (1% of the ttl + 2 ms), which is before the server could
+    grant it to anyone else. A loss is final. Release with :meth:`release` or by leaving the
+    ``with`` block; releasing twice is harmless; a guard dropped unreleased is released in the
+    background.
+    """
+
+    def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant) -> None:
+        self._conn = conn
+        self._spec = spec
+        self._kind = kind
+        self._sweep = grant.sweep
+        self._released = False
+        # A lost guard of a caller-chosen owner sends no release: a newer guard of the same id
+        # (elected again, or granted again) would lose its hold. The lost hold lapses alone.
+        self._release_when_lost = kind.generated
+        self.key: Any = spec.key
+        self.owner: str = kind.release[2]
+        self.token: int = grant.token
+        self._state = LeaseState(spec.timing.valid_until(grant.sent))
+        _ensure_reaper()
+        dog = protocol.watchdog(
+            kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish
+        )
+        threading.Thread(
+            target=_watch, args=(conn, dog, self._state), name=f"redis-lease watchdog {self.key!r}", daemon=True
+        ).start()
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the lease is lost (see the class docs)."""
+        self._state.expire_if_due()
+        return self._state.lost
+
+    @property
+    def reason(self) -> Optional[LossReason]:
+        """Why the lease was lost (None while held), or RELEASED after a release."""
+        if self._released and not self._state.lost.is_set():
+            return LossReason.RELEASED
+        self._state.expire_if_due()
+        return self._state.reason
+
+    @property
+    def valid_until(self) -> Optional[float]:
+        """The ``time.monotonic()`` instant until which the lease is certainly valid, if held."""
+        return self._state.valid_until if self.held else None
+
+    @property
+    def held(self) -> bool:
+        """Whether the lease is certainly still valid right now."""
+        self._state.expire_if_due()
+        return not self._released and not self._state.lost.is_set()
+
+    def check(self) -> None:
+        """Raises :class:`LeaseLost` unless the lease is held: a check to make before each step
+        of the protected work."""
+        if not self.held:
+            raise LeaseLost(self.reason or LossReason.RELEASED)
+
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the lease is lost (or released) or ``timeout`` passes; answers whether it
+        is no longer held."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if not self.held:
+                return True
+            left = self._state.valid_until - time.monotonic()
+            if end is not None:
+                left = min(left, end - time.monotonic())
+            if self._state.lost.wait(max(left, 0.0)) or self._state.lost.is_set():
+                return True
+            if end is not None and time.monotonic() >= end:
+                return False
+
+    def release(self) -> bool:
+        """Stops renewing and releases the hold. Answers whether the server still counted it
+        (False if the lease had already lapsed, or the guard was released before)."""
+        with self._state.lock:
+            if self._released:
+                return False
+            self._released = True
+            self._state.stop.set()
+            if self._state.lost.is_set() and not self._release_when_lost:
+                return False
+        n = self._conn.run(protocol.release(self._kind, self._sweep, self._spec.release_policy(), self._spec.command_timeout))
+        return n > 0
+
+    def abandon(self) -> None:
+        """Stops renewing without releasing: the server lets the lease lapse after its ttl
+        (what a crashed holder looks like; also for handing a hold to a process that renews
+        it with the same owner id)."""
+        with self._state.lock:
+            self._released = True
+            self._state.stop.set()
+
+    def exec(self, *command: Any) -> Any:
+        """Runs ``command`` inside Redis only while this hold is live, atomically with the check
+        (``LEASE.EXEC key token command...``). Raises :class:`~redis_lease.Fenced` (a
+        :class:`LeaseLost`) when the server finds the hold not live; nothing ran then."""
+        bound = max(self._state.valid_until, time.monotonic() + self._spec.command_timeout)
+        return self._conn.run(
+            protocol.fenced_exec(self.key, self.token, command, bound, self._spec.retry, self._spec.command_timeout)
+        )
+
+    def __enter__(self: G) -> G:
+        return self
+
+    def __exit__(
+        self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        try:
+            self.release()
+        except Exception:
+            if et is None:
+                raise  # a failed release surfaces unless the block already failed
+
+    def __del__(self) -> None:
+        try:
+            if self._released:
+                return
+            self._released = True
+            if self._state.lost.is_set() and not self._release_when_lost:
+                _jobs.put(self._state.stop.set)
+                return
+            release_quietly(self._conn, self._kind, self._sweep, self._spec, self._state)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} key={self.key!r} owner={self.owner!r} token={self.token} held={self.held}>"
+
+
+class LockGuard(Guard):
+    """A held read or write lock (see :class:`Guard`)."""
+
+    def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, mode: str) -> None:
+        self.mode = mode
+        super().__init__(conn, spec, kind, grant)
+
+
+class Leadership(Guard):
+    """Leadership of an election (see :class:`Guard`); ``term`` is its fencing token.
+    :meth:`release` (or :meth:`resign`) resigns, so the next candidate takes over at once."""
+
+    @property
+    def term(self) -> int:
+        return self.token
+
+    @property
+    def candidate(self) -> str:
+        return self.owner
+
+    def resign(self) -> bool:
+        return self.release()
+
+
+class SemaphoreGuard(Guard):
+    """Permits held on a semaphore (see :class:`Guard`)."""
+
+    def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, permits: int) -> None:
+        self.permits = permits
+        super().__init__(conn, spec, kind, grant)
+
+
+def acquire(
+    conn: Connector,
+    spec: Spec,
+    kind: protocol.Kind,
+    wait: Optional[float],
+    make: Callable[[protocol.Grant], G],
+) -> Optional[G]:
+    """Runs one acquisition; a grant becomes a guard (``make``). If the acquisition ends
+    abnormally while a grant of ours may exist, that grant is released in the background."""
+    acq = protocol.Acquisition(kind, spec.timing, spec.retry, spec.command_timeout, wait)
+    try:
+        grant = conn.run(acq.run())
+        return None if grant is None else make(grant)
+    except BaseException:
+        if acq.armed:
+            _ensure_reaper()
+            release_quietly(conn, kind, True, spec)
+        raise

@@ -1,0 +1,437 @@
+"""The client's behaviour as plain generators, free of I/O ("sans-I/O").
+
+Each generator yields operations, a :class:`Call` (one request) or a :class:`Sleep`, and is
+sent back the reply of each call (or a :class:`Failed`). The sync and asyncio connectors drive
+the very same generators, so both have one implementation of acquisition with ``WAIT``,
+adoption of a grant whose reply was lost (through ``RWLOCK.INFO``, ``SEMAPHORE.INFO`` or
+``LEADER.CURRENT``), confirmation of a late grant, retries with backoff, the watchdog's renewal
+loop and release. This mirrors the Rust client (client/src/lock.rs, lease.rs, retry.rs).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, Optional, Tuple, TypeVar, Union
+
+from . import replies
+from .errors import LeaseLost, LossReason, ProtocolError
+from .retry import Backoff, Fatal, RetryPolicy, Transient, classify
+from .timing import LeaseTiming, wait_ms
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request. ``limit``: seconds to wait for the reply (None: no limit). ``dedicated``: it
+    waits inside the server, so it gets a connection of its own. ``route``: the key that
+    chooses the cluster node (default: ``args[1]``, where every module command has its key)."""
+
+    args: Tuple[Any, ...]
+    limit: Optional[float]
+    dedicated: bool = False
+    route: Any = None
+
+    @property
+    def key(self) -> Any:
+        return self.route if self.route is not None else self.args[1]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    """What a driver sends back for a call that raised. ``sent``: whether the request may
+    have reached the server (False when connecting failed)."""
+
+    error: BaseException
+    sent: bool = True
+
+
+Op = Union[Call, Sleep]
+Machine = Generator[Op, Any, T]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What distinguishes a lock, a semaphore and an election for the shared machinery."""
+
+    request: Tuple[Any, ...]  # the grant request, without WAIT
+    info: Tuple[Any, ...]  # the state read that adoption checks
+    renew: Tuple[Any, ...]
+    release: Tuple[Any, ...]
+    hold: Callable[[Any], Tuple[int, int]]  # info reply -> (holds of ours, token)
+    # Each grant adds a hold (RWLOCK reentrancy): a duplicated grant must be swept on release,
+    # and a caller-chosen owner's existing holds are counted before the first attempt.
+    reentrant: bool
+    generated: bool  # the owner id is ours alone (a fresh UUIDv4)
+    release_counts: bool = False  # release answers the number released (0/1 per call)
+
+
+def lock_kind(key: Any, owner: str, mode: str, ttl_ms: int, generated: bool) -> Kind:
+    def hold(v: Any) -> Tuple[int, int]:
+        h = replies.lock_info(v).hold_of(owner, mode)
+        return (h.count, h.token) if h else (0, 0)
+
+    cmd = "RWLOCK.WLOCK" if mode == "write" else "RWLOCK.RLOCK"
+    return Kind(
+        request=(cmd, key, owner, ttl_ms),
+        info=("RWLOCK.INFO", key),
+        renew=("RWLOCK.RENEW", key, owner, ttl_ms),
+        release=("RWLOCK.UNLOCK", key, owner),
+        hold=hold,
+        reentrant=True,
+        generated=generated,
+        release_counts=True,
+    )
+
+
+def semaphore_kind(key: Any, owner: str, limit: int, permits: int, ttl_ms: int, generated: bool) -> Kind:
+    def hold(v: Any) -> Tuple[int, int]:
+        h = replies.semaphore_info(v).hold_of(owner)
+        return (1, h.token) if h else (0, 0)
+
+    return Kind(
+        request=("SEMAPHORE.ACQUIRE", key, owner, limit, ttl_ms, "PERMITS", permits),
+        info=("SEMAPHORE.INFO", key),
+        renew=("SEMAPHORE.RENEW", key, owner, ttl_ms),
+        release=("SEMAPHORE.RELEASE", key, owner),
+        hold=hold,
+        reentrant=False,
+        generated=generated,
+    )
+
+
+def leader_kind(key: Any, candidate: str, ttl_ms: int, generated: bool) -> Kind:
+    def hold(v: Any) -> Tuple[int, int]:
+        cur = replies.leader_info(v)
+        return (1, cur.term) if cur is not None and cur.candidate == candidate else (0, 0)
+
+    return Kind(
+        request=("LEADER.CAMPAIGN", key, candidate, ttl_ms),
+        info=("LEADER.CURRENT", key),
+        renew=("LEADER.RENEW", key, candidate, ttl_ms),
+        release=("LEADER.RESIGN", key, candidate),
+        hold=hold,
+        reentrant=False,
+        generated=generated,
+    )
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A confirmed grant. ``sent``: when the request that last proved the lease was sent (the
+    watchdog's starting point). ``sweep``: release until the server answers 0 (a surplus hold
+    may exist after an unknown outcome)."""
+
+    token: int
+    sent: float
+    sweep: bool
+
+
+class _Again:
+    """Marker: go round the acquisition loop once more."""
+
+
+_AGAIN = _Again()
+
+
+def query_retry(
+    call: Call, deadline: Optional[float], policy: RetryPolicy, now: Clock = time.monotonic
+) -> Machine[Any]:
+    """A short request, retried on transient failures until ``deadline`` (or the budget)."""
+    backoff = Backoff(policy, now)
+    while True:
+        r = yield call
+        if not isinstance(r, Failed):
+            return r
+        f = classify(r.error, r.sent)
+        if isinstance(f, Fatal):
+            raise f.error
+        d = backoff.next_delay(deadline)
+        if d is None:
+            raise backoff.give_up(f.error) from f.error
+        yield Sleep(d)
+
+
+def renew_once(
+    args: Tuple[Any, ...],
+    valid_until: float,
+    policy: RetryPolicy,
+    command_timeout: float,
+    now: Clock = time.monotonic,
+) -> Machine[Union[float, LossReason]]:
+    """Renews until success (answers the send time of the renewing request), a definitive
+    answer, or ``valid_until`` (answers the reason of the loss)."""
+    backoff = Backoff(policy, now)
+    while True:
+        t = now()
+        if t >= valid_until:
+            return LossReason.EXPIRED
+        r = yield Call(args, min(command_timeout, valid_until - t))
+        if r is None:
+            return LossReason.REVOKED
+        if isinstance(r, Failed):
+            f = classify(r.error, r.sent)
+            if isinstance(f, Transient):
+                d = backoff.next_delay(valid_until)
+                if d is None:
+                    return LossReason.EXPIRED
+                yield Sleep(d)
+                continue
+            return LossReason.REVOKED if isinstance(f.error, LeaseLost) else LossReason.FAILED
+        if isinstance(r, int) and not isinstance(r, bool):
+            return t
+        return LossReason.FAILED
+
+
+def watchdog(
+    renew: Tuple[Any, ...],
+    timing: LeaseTiming,
+    policy: RetryPolicy,
+    command_timeout: float,
+    last_sent: float,
+    publish: Callable[[Optional[float], Optional[LossReason]], None],
+    now: Clock = time.monotonic,
+) -> Machine[LossReason]:
+    """Keeps a lease alive until it is lost: renews every ``renew_every``, publishes each new
+    validity bound (``publish(bound, None)``) and finally the loss (``publish(None, reason)``).
+    A driver stops it by closing it (on release)."""
+    valid_until = timing.valid_until(last_sent)
+    while True:
+        renew_at = min(last_sent + timing.renew_every, valid_until)
+        yield Sleep(max(0.0, renew_at - now()))
+        r = yield from renew_once(renew, valid_until, policy, command_timeout, now)
+        if isinstance(r, LossReason):
+            publish(None, r)
+            return r
+        last_sent = r
+        valid_until = timing.valid_until(r)
+        publish(valid_until, None)
+
+
+class Acquisition:
+    """One acquisition: a lock hold, a semaphore hold or leadership.
+
+    ``wait``: None waits without a limit (``WAIT 0``); a number <= 0 tries once (no ``WAIT``);
+    else the longest wait in seconds (``WAIT ms``), which also bounds retries.
+
+    After a lost reply (the request may have been granted) it does not simply ask again: it
+    reads the state (``kind.info``) and adopts a hold of its owner if there is one, also once
+    more when out of time. ``armed`` tells the driver, when the machine ends abnormally
+    (an error, a cancellation), that a hold of ours may exist: it must release it.
+    """
+
+    def __init__(
+        self,
+        kind: Kind,
+        timing: LeaseTiming,
+        policy: RetryPolicy,
+        command_timeout: float,
+        wait: Optional[float],
+        now: Clock = time.monotonic,
+    ) -> None:
+        self.kind = kind
+        self.timing = timing
+        self.policy = policy
+        self.command_timeout = command_timeout
+        self.wait = wait
+        self.now = now
+        self.armed = False
+        # When the first request whose outcome is unknown was sent.
+        self.uncertain_since: Optional[float] = None
+        # Whether any request's outcome was unknown (only then can a surplus hold exist).
+        self.had_uncertain = False
+        # Set when out of time with an unknown outcome: the error to report unless the final
+        # state check finds a hold to adopt.
+        self.last_error: Optional[BaseException] = None
+
+    @property
+    def trying(self) -> bool:
+        return self.wait is not None and self.wait <= 0
+
+    def run(self) -> Machine[Optional[Grant]]:
+        k = self.kind
+        deadline = None if self.wait is None or self.trying else self.now() + self.wait
+        baseline = 0
+        if k.reentrant and not k.generated:
+            # Holds of a caller-chosen owner that existed before (reentrancy), so that an
+            # uncertain failure can tell a grant of ours from an older one.
+            v = yield from query_retry(Call(k.info, self.command_timeout), None, self.policy, self.now)
+            baseline = k.hold(v)[0]
+        backoff = Backoff(self.policy, self.now)
+        while True:
+            if self.uncertain_since is not None:
+                r = yield Call(k.info, self.command_timeout)
+                if isinstance(r, Failed):
+                    f = classify(r.error, r.sent)
+                    if isinstance(f, Fatal):
+                        raise f.error
+                    d = None if self.last_error is not None else backoff.next_delay(deadline)
+                    if d is None:
+                        raise backoff.give_up(f.error) from f.error
+                    yield Sleep(d)
+                    continue
+                count, tok = k.hold(r)
+                if count > baseline:
+                    out = yield from self._on_grant(tok, self.uncertain_since, deadline, backoff)
+                    if isinstance(out, _Again):
+                        continue
+                    return out
+                self.uncertain_since = None
+                if self.last_error is not None:
+                    # The deadline has passed and nothing was granted after all.
+                    self.armed = False
+                    err = self.last_error
+                    raise backoff.give_up(err) from err
+            sent = self.now()
+            if self.wait is None:
+                call = Call(k.request + ("WAIT", 0), None, dedicated=True)
+            elif deadline is not None and deadline > sent + 0.001:
+                left = deadline - sent
+                call = Call(k.request + ("WAIT", wait_ms(left)), left + self.command_timeout, dedicated=True)
+            else:
+                call = Call(k.request, self.command_timeout)
+            self.armed = k.generated
+            r = yield call
+            if r is None:
+                if self.wait is None:
+                    continue  # WAIT 0 answers nil only where it cannot block: ask again
+                self.armed = False
+                return None
+            if not isinstance(r, Failed):
+                since = self.uncertain_since if self.uncertain_since is not None else sent
+                out = yield from self._on_grant(replies.token(r), since, deadline, backoff)
+                if isinstance(out, _Again):
+                    continue
+                return out
+            f = classify(r.error, r.sent)
+            if isinstance(f, Fatal):
+                if self.uncertain_since is None:
+                    self.armed = False
+                raise f.error
+            if f.uncertain:
+                self.had_uncertain = True
+                if self.uncertain_since is None:
+                    self.uncertain_since = sent
+            elif self.uncertain_since is None:
+                self.armed = False
+            d = backoff.next_delay(deadline)
+            if d is not None:
+                yield Sleep(d)
+            elif self.uncertain_since is not None:
+                # Out of time; but a request whose reply was lost may have been granted: one
+                # last look at the state adopts such a hold.
+                self.last_error = f.error
+            else:
+                raise backoff.give_up(f.error) from f.error
+
+    def _on_grant(
+        self, tok: int, since: float, deadline: Optional[float], backoff: Backoff
+    ) -> Machine[Union[Grant, None, _Again]]:
+        """A grant (by a request sent at ``since`` or later) becomes a Grant, unless its lease
+        could not be confirmed: lapsed already (ask again while the deadline allows), or
+        unknown (check the state, as after a lost reply)."""
+        k = self.kind
+        sweep = k.reentrant and k.generated and self.had_uncertain
+        confirmed = yield from self._confirm(since)
+        if not isinstance(confirmed, LossReason):
+            self.armed = False
+            return Grant(tok, confirmed, sweep)
+        if confirmed is LossReason.REVOKED:
+            self.uncertain_since = None
+            if self.trying or (deadline is not None and self.now() >= deadline):
+                self.armed = False
+                return None
+            return _AGAIN
+        self.had_uncertain = True
+        self.uncertain_since = since
+        d = backoff.next_delay(deadline)
+        if d is None:
+            raise LeaseLost(confirmed)
+        yield Sleep(d)
+        return _AGAIN
+
+    def _confirm(self, sent: float) -> Machine[Union[float, LossReason]]:
+        """Renews at once if the wait used up much of the lease (the server's answer is
+        authoritative even when the local bound has passed: a renewal that finds the hold
+        proves it from its own send time on). Answers the send time that proves the lease."""
+        t = self.timing
+        now = self.now()
+        if t.valid_until(sent) - now >= t.ttl * 2 / 3:
+            return sent
+        until = t.confirm_deadline(sent, now, self.command_timeout)
+        return (yield from renew_once(self.kind.renew, until, self.policy, self.command_timeout, self.now))
+
+
+def release(kind: Kind, sweep: bool, policy: RetryPolicy, command_timeout: float, now: Clock = time.monotonic) -> Machine[int]:
+    """Releases: one request, or (``sweep``) until the server answers 0, at most 64 times.
+    Answers how many holds were released."""
+    released = 0
+    for _ in range(64 if sweep else 1):
+        v = yield from query_retry(Call(kind.release, command_timeout), None, policy, now)
+        n = replies.integer(v, -1)
+        if n == 1:
+            released += 1
+        elif n == 0:
+            break
+        else:
+            raise ProtocolError(f"{kind.release[0]} answered {v!r}")
+    return released
+
+
+def fenced_exec(
+    key: Any,
+    token: int,
+    command: Tuple[Any, ...],
+    deadline: Optional[float],
+    policy: RetryPolicy,
+    command_timeout: float,
+    now: Clock = time.monotonic,
+) -> Machine[Any]:
+    """``LEASE.EXEC key token command...``: retried only where the command certainly did not
+    run (a refused connection, LOADING, TRYAGAIN, READONLY, ...), until ``deadline``. A lost
+    reply is not retried (the write may have run): it raises ``Unavailable``."""
+    if not command:
+        raise ValueError("exec needs a command")
+    backoff = Backoff(policy, now)
+    while True:
+        r = yield Call(("LEASE.EXEC", key, token) + tuple(command), command_timeout)
+        if not isinstance(r, Failed):
+            return r
+        f = classify(r.error, r.sent)
+        if isinstance(f, Fatal):
+            raise f.error
+        d = None if f.uncertain else backoff.next_delay(deadline)
+        if d is None:
+            raise backoff.give_up(f.error) from f.error
+        yield Sleep(d)
+
+
+def missing_notify_flags(current: str) -> str:
+    """The ``notify-keyspace-events`` classes a leader observer needs that ``current`` lacks:
+    ``K`` (keyspace channel), ``d`` (module events), ``g`` (del, rename, ...), ``x`` (expired).
+
+    >>> missing_notify_flags(""), missing_notify_flags("KEA"), missing_notify_flags("Kd")
+    ('Kdgx', '', 'gx')
+    """
+
+    def has(c: str) -> bool:
+        return c in current or (c in "g$lshzxetd" and "A" in current)
+
+    return "".join(c for c in "Kdgx" if not has(c))
+
+
+def notify_flags(config_get_reply: Any) -> str:
+    """The value of ``CONFIG GET notify-keyspace-events`` (RESP2 list or RESP3 map)."""
+    if isinstance(config_get_reply, dict):
+        vals = list(config_get_reply.values())
+        return replies.text(vals[0]) if vals else ""
+    if isinstance(config_get_reply, (list, tuple)) and len(config_get_reply) >= 2:
+        return replies.text(config_get_reply[1])
+    return ""

@@ -1,0 +1,62 @@
+"""Fenced writes inside Redis (LEASE.EXEC, COMMANDS.md) through guards. Gated: each test needs
+LEASE.EXEC in the module under test (see conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+from redis_lease import Fenced, LeaderElector, LeaseLost, RetryPolicy, RwLock, Semaphore
+from redis_lease import asyncio as alease
+from servers import Server
+
+FAST = RetryPolicy(base_delay=0.01, max_delay=0.2, budget=15.0)
+pytestmark = pytest.mark.needs_command("lease.exec")
+
+
+def test_exec_runs_only_while_the_write_hold_is_live(r: "redis.Redis[bytes]") -> None:
+    lk = RwLock(r, "{order:1}", ttl=5.0, retry=FAST)
+    with lk.write() as g:
+        assert g.exec("SET", "{order:1}:data", "v1") in (b"OK", "OK", True)
+        assert g.exec("GET", "{order:1}:data") == b"v1"
+        r.delete("{order:1}")  # the hold is gone: the next write is refused
+        with pytest.raises(Fenced) as e:
+            g.exec("SET", "{order:1}:data", "v2")
+        assert str(e.value).startswith("FENCED")
+        assert isinstance(e.value, LeaseLost)
+    assert r.get("{order:1}:data") == b"v1", "nothing ran"
+
+
+def test_a_read_holds_token_does_not_fence_a_write(r: "redis.Redis[bytes]") -> None:
+    with RwLock(r, "{order:2}", ttl=5.0, retry=FAST).read() as g:
+        with pytest.raises(Fenced):
+            g.exec("SET", "{order:2}:data", "x")
+    assert r.exists("{order:2}:data") == 0
+
+
+def test_exec_under_leadership_and_after_resigning(r: "redis.Redis[bytes]") -> None:
+    e = LeaderElector(r, "{job}", ttl=5.0, retry=FAST)
+    lead = e.leadership(timeout=5.0)
+    assert lead.exec("INCR", "{job}:runs") == 1
+    lead.resign()
+    with pytest.raises(Fenced):
+        lead.exec("INCR", "{job}:runs")
+    assert r.get("{job}:runs") == b"1"
+
+
+@pytest.mark.needs_command("semaphore.acquire")
+def test_exec_under_semaphore_permits(r: "redis.Redis[bytes]") -> None:
+    with Semaphore(r, "{pool}", limit=2, ttl=5.0, retry=FAST).acquire() as g:
+        assert g.exec("INCR", "{pool}:n") == 1
+
+
+async def test_asyncio_exec_is_fenced_after_release(server: Server) -> None:
+    ar = aredis.Redis(host="127.0.0.1", port=server.port)
+    g = await alease.RwLock(ar, "{order:3}", ttl=5.0, retry=FAST).write()
+    assert await g.exec("INCR", "{order:3}:n") == 1
+    await g.release()
+    with pytest.raises(Fenced):
+        await g.exec("INCR", "{order:3}:n")
+    await alease.Connector.of(ar).close()
+    await ar.aclose() if hasattr(ar, "aclose") else await ar.close()

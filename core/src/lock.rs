@@ -425,12 +425,10 @@ impl Lock {
         loop {
             let holders = &self.holders;
             let Some(q) = self.queue.as_mut() else { return };
-            // Demote first: a waiting upgrade put back in arrival order may uncover a waiter
-            // that left at the head.
+            q.skip_dead(op.env.alive);
             if q.upgrade().is_some_and(|u| holders.get(&u.owner).is_none()) {
                 q.demote_upgrade();
             }
-            q.skip_dead(op.env.alive);
             let Some(head) = q.head() else {
                 self.queue = None;
                 return;

@@ -516,8 +516,9 @@ fn deadlines_round_up_when_the_clock_is_past_a_whole_ms() {
     assert_eq!(l.0.hold_of(b"a", 1_000).unwrap().deadline, 1_050);
 }
 
-/// Regression: the queue skipped waiters that left before it put a waiting upgrade whose read
-/// hold ended back in arrival order, so a waiter that left, now at the head, was granted.
+/// Regression: a waiting upgrade whose read hold ended goes back in arrival order, and may
+/// uncover a waiter that left at the head; that waiter was granted (the queue skipped only
+/// the head's departed waiters, before the upgrade went back in line).
 #[test]
 fn a_waiter_that_left_is_not_granted_when_an_upgrade_goes_back_in_line() {
     let mut f = Fixture::new();

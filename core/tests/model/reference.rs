@@ -8,7 +8,8 @@
 //!   counts as a waiting upgrade (for DEADLOCK) but keeps its place; the DEADLOCK error
 //!   answers only an upgrade that asked to WAIT;
 //! * a waiter whose connection left stays in the queue (it still counts) until it reaches
-//!   the head, where it is dropped unanswered, or its wait ends, which is reported;
+//!   the head of its line (the upgrade slot or the front of the arrival order), where it is
+//!   dropped unanswered, or its wait ends, which is reported;
 //! * a semaphore request naming another limit is refused before time passes, so a key whose
 //!   holders lapsed but were not pruned yet still refuses it (see the report on this rule);
 //! * a semaphore waiter whose owner became a holder meanwhile (two connections, one owner)
@@ -258,6 +259,17 @@ impl Model {
     /// Serves the head of the queue for as long as it can be granted.
     fn serve(&mut self, out: &mut Out) {
         loop {
+            // Waiters that left are dropped when they reach the head of their line: the
+            // upgrade slot, or the front of the arrival order.
+            if self.waiters.first().is_some_and(|w| w.upgrade && w.gone) {
+                self.waiters.remove(0);
+                self.cov.hit(Rule::GoneSkipped);
+            }
+            let front = usize::from(self.waiters.first().is_some_and(|w| w.upgrade));
+            while self.waiters.get(front).is_some_and(|w| w.gone) {
+                self.waiters.remove(front);
+                self.cov.hit(Rule::GoneSkipped);
+            }
             // A waiting upgrade whose owner no longer holds is an ordinary request: back to
             // its place in arrival order.
             if self
@@ -273,11 +285,6 @@ impl Model {
                     .position(|o| !o.upgrade && o.id > w.id)
                     .unwrap_or(self.waiters.len());
                 self.waiters.insert(at, w);
-            }
-            // Waiters that left are dropped when they reach the head.
-            while self.waiters.first().is_some_and(|w| w.gone) {
-                self.waiters.remove(0);
-                self.cov.hit(Rule::GoneSkipped);
             }
             let Some(w) = self.waiters.first() else {
                 return;

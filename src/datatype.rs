@@ -4,15 +4,14 @@
 //! checked (`crate::validate`): a RESTORE payload is client input.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lease_core::{Hold, Kind, Lock};
 use redis_module::native_types::RedisType;
-use redis_module::raw;
+use redis_module::raw::RedisModuleType;
 
 use crate::commit::ensure_slot;
 use crate::ffi::io::Io;
-use crate::ffi::key::Typed;
+use crate::ffi::key::{TypeHandle, Typed};
 use crate::ffi::types::{methods, DataType, Field, Place};
 use crate::index::Slot;
 use crate::registry::Orphans;
@@ -30,11 +29,7 @@ pub static ELECTION_TYPE: RedisType =
 pub static SEMAPHORE_TYPE: RedisType =
     RedisType::new("lease-sem", ENCVER, methods::<SemStored>(false));
 
-static TYPES: [AtomicPtr<raw::RedisModuleType>; 3] = [
-    AtomicPtr::new(std::ptr::null_mut()),
-    AtomicPtr::new(std::ptr::null_mut()),
-    AtomicPtr::new(std::ptr::null_mut()),
-];
+static TYPES: [TypeHandle; 3] = [TypeHandle::new(), TypeHandle::new(), TypeHandle::new()];
 
 /// Keeps the registered types' handles (once, after `redis_module!` created them).
 pub fn init() {
@@ -42,13 +37,13 @@ pub fn init() {
         .iter()
         .enumerate()
     {
-        TYPES[i].store(*t.raw_type.borrow(), Ordering::Relaxed);
+        TYPES[i].set(t);
     }
 }
 
 impl<K: Saved> Typed for Stored<K> {
-    fn redis_type() -> *mut raw::RedisModuleType {
-        TYPES[K::INDEX].load(Ordering::Relaxed)
+    fn redis_type() -> *mut RedisModuleType {
+        TYPES[K::INDEX].get()
     }
 }
 

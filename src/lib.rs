@@ -46,8 +46,6 @@ mod apply;
 mod commands;
 mod datatype;
 mod events;
-#[cfg(feature = "fault-injection")]
-mod fault;
 mod info;
 mod table;
 mod timer;

@@ -3,10 +3,8 @@
 
 use std::os::raw::c_int;
 
-use redis_module::raw;
-
 use crate::commands::{exec, leader, rwlock, semaphore};
-use crate::ffi::command::{self, Spec};
+use crate::ffi::command::{self, RawCtx, RawString, Spec};
 
 macro_rules! spec {
     ($name:literal, $handler:path, $flags:literal, $arity:literal, $acl:expr, $summary:literal, $complexity:literal) => {
@@ -14,8 +12,8 @@ macro_rules! spec {
             name: $name,
             func: {
                 extern "C" fn entry(
-                    ctx: *mut raw::RedisModuleCtx,
-                    argv: *mut *mut raw::RedisModuleString,
+                    ctx: *mut RawCtx,
+                    argv: *mut *mut RawString,
                     argc: c_int,
                 ) -> c_int {
                     command::run(ctx, argv, argc, $arity, $handler)
@@ -86,7 +84,7 @@ pub static COMMANDS: &[Spec] = &[
 #[cfg(feature = "fault-injection")]
 static TESTING: &[Spec] = &[spec!(
     c"lease.fault",
-    crate::fault::command,
+    crate::commands::fault::fault,
     c"admin",
     2,
     None,

@@ -264,3 +264,58 @@ fn locks_and_elections_work_across_a_cluster_through_slot_moves_and_failover() {
     assert_eq!(others.len(), 1);
     assert_eq!(others[0].0, "me");
 }
+
+#[test]
+fn fenced_writes_refuse_keys_of_another_slot_and_semaphores_route_by_key() {
+    let cluster = Cluster::start();
+    let mut c = client(&cluster);
+    let t: i64 = redis::cmd("RWLOCK.WLOCK")
+        .arg("{order:42}")
+        .arg("a")
+        .arg(60_000)
+        .query(&mut c)
+        .unwrap();
+    // Keys in the lock key's slot (a hash tag): the write runs.
+    let ok: String = redis::cmd("LEASE.EXEC")
+        .arg("{order:42}")
+        .arg(t)
+        .arg("SET")
+        .arg("{order:42}:data")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    // A key of another slot: CROSSSLOT, nothing runs (asked on the lock key's node).
+    let owner = cluster.owner_of("{order:42}");
+    let mut node = cluster.node(owner.port).conn();
+    let e = redis::cmd("LEASE.EXEC")
+        .arg("{order:42}")
+        .arg(t)
+        .arg("MSET")
+        .arg("{order:42}:a")
+        .arg("1")
+        .arg("elsewhere")
+        .arg("2")
+        .query::<String>(&mut node)
+        .unwrap_err();
+    assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+    let a: Option<String> = redis::cmd("GET").arg("{order:42}:a").query(&mut c).unwrap();
+    assert_eq!(a, None);
+    // Semaphores route by their key like every other command.
+    for k in ["sem:a", "sem:b", "sem:c", "sem:d"] {
+        let t: Option<i64> = redis::cmd("SEMAPHORE.ACQUIRE")
+            .arg(k)
+            .arg("x")
+            .arg(2)
+            .arg(60_000)
+            .query(&mut c)
+            .unwrap();
+        assert!(t.is_some(), "{k}");
+        let n: i64 = redis::cmd("SEMAPHORE.RELEASE")
+            .arg(k)
+            .arg("x")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+}

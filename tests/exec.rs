@@ -253,13 +253,17 @@ fn the_commands_effects_replicate_and_reach_the_aof() {
 #[test]
 fn a_grant_the_new_master_never_saw_fences_nothing_there() {
     let old = debug_server();
-    let promoted = start_replica(&old);
+    // The new master quarantines itself after its promotion: its first token is then above
+    // any the old master issued before the promotion plus the quarantine. (Without it, two
+    // masters of a split brain may issue the same token in the same millisecond.)
+    let promoted = Server::with(debug_opts().module_arg("quarantine", "500"));
+    replicate_from(&promoted, &old);
     sync(&old, &promoted);
     // A partition: the replica is promoted while the old master still takes requests.
     let mut r = conn(&promoted);
     assert_eq!(text(&r!(r, "REPLICAOF", "NO", "ONE")), "OK");
     let mut m = conn(&old);
-    let t = token(&r!(m, "RWLOCK.WLOCK", "lk", "a", LONG));
+    let t = token(&r!(m, "RWLOCK.WLOCK", "lk", "a", 400));
     assert_eq!(
         text(&r!(m, "LEASE.EXEC", "lk", t, "SET", "data", "old")),
         "OK"
@@ -275,11 +279,13 @@ fn a_grant_the_new_master_never_saw_fences_nothing_there() {
         "stale"
     )));
     assert_eq!(exists(&mut r, "data"), 0);
-    let t2 = token(&r!(r, "RWLOCK.WLOCK", "lk", "b", LONG));
-    assert_eq!(
-        text(&r!(r, "LEASE.EXEC", "lk", t2, "SET", "data", "new")),
-        "OK"
+    let t2 = token(&r!(r, "RWLOCK.WLOCK", "lk", "b", 400, "WAIT", 5000));
+    assert!(
+        t2 > t,
+        "the new master's token {t2} is above the old master's {t}"
     );
+    let v = r!(r, "LEASE.EXEC", "lk", t2, "SET", "data", "new");
+    assert_eq!(text(&v), "OK");
     assert!(fenced(&r!(
         r,
         "LEASE.EXEC",

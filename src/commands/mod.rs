@@ -3,6 +3,8 @@
 //! errors (their texts live in the shell, not in the core).
 
 pub mod exec;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod leader;
 pub mod rwlock;
 pub mod semaphore;

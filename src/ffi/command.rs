@@ -14,6 +14,10 @@ use super::{api, api_opt, guard};
 
 pub type Handler = fn(&Ctx, &Args) -> Result<Reply, ReplyError>;
 
+/// The types of a command's `extern "C"` entry, for the table's macro.
+pub type RawCtx = raw::RedisModuleCtx;
+pub type RawString = raw::RedisModuleString;
+
 /// One command.
 pub struct Spec {
     pub name: &'static CStr,

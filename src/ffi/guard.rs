@@ -37,11 +37,29 @@ pub fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
     crate::text::escaped(msg.as_bytes(), 200)
 }
 
-/// Panics if a test armed this entry point (`LEASE.FAULT`, in builds with the
+/// The entry points a test armed to panic (`LEASE.FAULT`, in builds with the
 /// `fault-injection` feature only).
 #[cfg(feature = "fault-injection")]
+static ARMED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Arms `point` to panic on its next runs (`None`: disarms them all).
+#[cfg(feature = "fault-injection")]
+pub fn arm(point: Option<String>) {
+    if let Ok(mut a) = ARMED.lock() {
+        match point {
+            Some(p) => {
+                a.insert(p);
+            }
+            None => a.clear(),
+        }
+    }
+}
+
+/// Panics if a test armed this entry point.
+#[cfg(feature = "fault-injection")]
 pub fn injected(what: &str) {
-    if crate::fault::armed(what) {
+    if ARMED.lock().is_ok_and(|a| a.contains(what)) {
         panic!("injected fault in {what}");
     }
 }

@@ -17,6 +17,25 @@ pub trait Typed: 'static {
     fn redis_type() -> *mut raw::RedisModuleType;
 }
 
+/// The handle Redis gave a registered data type, kept where `Typed` can read it.
+pub struct TypeHandle(std::sync::atomic::AtomicPtr<raw::RedisModuleType>);
+
+impl TypeHandle {
+    pub const fn new() -> TypeHandle {
+        TypeHandle(std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    /// Keeps the handle of `t` (after `redis_module!` registered it).
+    pub fn set(&self, t: &redis_module::native_types::RedisType) {
+        self.0
+            .store(*t.raw_type.borrow(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> *mut raw::RedisModuleType {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
     Read,

@@ -212,12 +212,15 @@ impl Lock {
         self.queue.take().map_or_else(Vec::new, |mut q| q.drain())
     }
 
-    /// Parks a waiter again, as if it had just asked (after its key came back from a reload,
-    /// or grants opened again): by its id, so arrival order is kept. Call `tick` afterwards
-    /// to serve who can be served.
+    /// Parks a waiter again (after its key came back from a reload, or grants opened again):
+    /// by its id, so arrival order is kept. Put back in the order [`Lock::take_waiters`] gave
+    /// them, the waiting upgrade (first) gets the upgrade slot again; a write request that a
+    /// reader queued before it became one keeps its place. Call `tick` afterwards to serve
+    /// who can be served.
     pub fn requeue(&mut self, w: Waiter) {
-        let upgrade =
-            w.mode == Mode::Write && self.holders.get(&w.owner).is_some_and(|h| h.writes == 0);
+        let upgrade = self.waiter_count() == 0
+            && w.mode == Mode::Write
+            && self.holders.get(&w.owner).is_some_and(|h| h.writes == 0);
         self.enqueue(w, upgrade);
     }
 

@@ -61,8 +61,10 @@ impl Queue {
         Some(w)
     }
 
-    /// Parks `w` in arrival order; `holds`: its owner holds the key now.
+    /// Parks `w` in arrival order; `holds`: its owner holds the key now. A waiter with the
+    /// same id (the shell never reuses one) is replaced, indexes included.
     pub fn push(&mut self, w: Waiter, holds: bool) {
+        self.cancel(w.id);
         if holds && w.mode == Mode::Write {
             self.held_writers.insert(w.owner.clone());
         }
@@ -87,6 +89,7 @@ impl Queue {
     /// Parks `w` in the upgrade slot, which must be free.
     pub fn push_upgrade(&mut self, w: Waiter) {
         debug_assert!(self.upgrade.is_none());
+        self.cancel(w.id);
         self.index(&w, false);
         self.upgrade = Some(w);
     }

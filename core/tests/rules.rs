@@ -1,6 +1,15 @@
-//! Every granting rule of docs/COMMANDS.md, on the pure core with a fake clock.
+//! Every granting rule of docs/COMMANDS.md, on the pure core with a fake clock. The rules of
+//! wait deadlines, held grants (quarantine) and semaphores have their own files under rules/.
 
 mod harness;
+#[path = "rules/held.rs"]
+mod held;
+#[path = "rules/scale.rs"]
+mod scale;
+#[path = "rules/semaphore.rs"]
+mod semaphore;
+#[path = "rules/waits.rs"]
+mod waits;
 
 use harness::{granted, request, World};
 use redis_lease_core::{
@@ -8,11 +17,14 @@ use redis_lease_core::{
     Tokens, Wait, Woken,
 };
 
-/// One lock key in a world whose clock starts at 1000 ms.
+/// One lock key in a world whose clock starts at 1000 ms. Waiter ids are handed out to every
+/// request (1, 2, 3...), whether it waits or not.
 struct Fixture {
     lock: RwLock,
     world: World,
     woken: Vec<Woken>,
+    timed_out: Vec<u64>,
+    effects: Vec<Effect>,
 }
 
 impl Fixture {
@@ -21,12 +33,16 @@ impl Fixture {
             lock: RwLock::default(),
             world: World::at(1_000),
             woken: vec![],
+            timed_out: vec![],
+            effects: vec![],
         }
     }
 
     fn with<T>(&mut self, f: impl FnOnce(&mut RwLock, &mut Env) -> (Changes, T)) -> T {
         let (changes, out) = f(&mut self.lock, &mut self.world.env());
         self.woken.extend(changes.woken);
+        self.timed_out.extend(changes.timed_out);
+        self.effects.extend(changes.effects);
         out
     }
 
@@ -34,6 +50,28 @@ impl Fixture {
         let id = self.world.next_id();
         let req = request(owner.as_bytes(), mode, ttl, wait.then_some(id), 100);
         self.with(|l, env| l.lock(&req, env))
+    }
+
+    /// A request that waits until `until` (absolute ms); answers its waiter id and the reply.
+    fn req_until(
+        &mut self,
+        owner: &str,
+        mode: Mode,
+        ttl: u64,
+        until: u64,
+    ) -> (u64, Result<Acquire, LockError>) {
+        let id = self.world.next_id();
+        let req = Request {
+            owner: owner.as_bytes(),
+            mode,
+            ttl,
+            wait: Some(Wait {
+                id,
+                until: Some(until),
+            }),
+            max_waiters: 100,
+        };
+        (id, self.with(|l, env| l.lock(&req, env)))
     }
 
     fn r(&mut self, owner: &str) -> Option<u64> {
@@ -56,8 +94,32 @@ impl Fixture {
         self.with(|l, env| (l.tick(env), ()))
     }
 
+    fn cancel(&mut self, id: u64) -> bool {
+        self.with(|l, env| l.cancel(id, env))
+    }
+
     fn woken_ids(&mut self) -> Vec<u64> {
         self.woken.drain(..).map(|w| w.waiter).collect()
+    }
+
+    fn timed_out_ids(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.timed_out)
+    }
+
+    fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// The waiter ids in the order they will be served.
+    fn queue(&self) -> Vec<u64> {
+        self.lock.0.waiters().map(|w| w.id).collect()
+    }
+
+    fn token_of(&self, owner: &str) -> Option<u64> {
+        self.lock
+            .0
+            .hold_of(owner.as_bytes(), self.world.now)
+            .map(|h| h.token)
     }
 }
 
@@ -240,8 +302,7 @@ fn waiters_that_left_are_skipped() {
     f.r("h").unwrap();
     f.req("w", Mode::Write, 100, true).unwrap(); // 2
     f.req("r", Mode::Read, 100, true).unwrap(); // 3
-    let found = f.with(|l, env| l.cancel(2, env));
-    assert!(found);
+    assert!(f.cancel(2));
     assert_eq!(f.woken_ids(), vec![3]);
     // A gone head does not block new requests.
     let mut f = Fixture::new();
@@ -453,4 +514,82 @@ fn deadlines_round_up_when_the_clock_is_past_a_whole_ms() {
     env.round_up = false;
     l.renew(b"a", 50, &mut env);
     assert_eq!(l.0.hold_of(b"a", 1_000).unwrap().deadline, 1_050);
+}
+
+/// Regression: a waiting upgrade whose read hold ended goes back in arrival order, and may
+/// uncover a waiter that left at the head; that waiter was granted (the queue skipped only
+/// the head's departed waiters, before the upgrade went back in line).
+#[test]
+fn a_waiter_that_left_is_not_granted_when_an_upgrade_goes_back_in_line() {
+    let mut f = Fixture::new();
+    f.req("a", Mode::Read, 10, false).unwrap(); // 1
+    f.r("b").unwrap(); // 2
+    assert_eq!(f.req("w", Mode::Write, 100, true), Ok(Acquire::Queued)); // 3
+    assert_eq!(f.req("r", Mode::Read, 100, true), Ok(Acquire::Queued)); // 4
+    assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued)); // 5, an upgrade
+    f.world.leave(4);
+    assert!(f.cancel(3));
+    // a's read hold lapses: its upgrade is an ordinary write request again, behind r (gone).
+    f.world.now += 10;
+    f.tick();
+    assert!(f.woken_ids().is_empty());
+    assert!(f.lock.0.hold_of(b"r", f.world.now).is_none());
+    assert_eq!(f.queue(), vec![5]);
+}
+
+/// Regression: `requeue` gave the upgrade slot to any write request of a current reader, so a
+/// write request queued before its owner became a reader jumped ahead of an earlier writer
+/// after the shell took the waiters out and put them back (DEBUG RELOAD).
+#[test]
+fn waiters_put_back_keep_their_order_when_a_reader_had_queued_a_write() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap(); // 1
+    assert_eq!(f.req("a", Mode::Read, 100, true), Ok(Acquire::Queued)); // 2
+    assert_eq!(f.req("x", Mode::Write, 100, true), Ok(Acquire::Queued)); // 3
+    assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued)); // 4
+    f.unlock("h");
+    assert_eq!(f.woken_ids(), vec![2]);
+    assert_eq!(f.queue(), vec![3, 4]);
+    for w in f.lock.0.take_waiters() {
+        f.lock.0.requeue(w);
+    }
+    assert_eq!(f.queue(), vec![3, 4]);
+    f.tick();
+    assert!(f.woken_ids().is_empty(), "a's write overtook x");
+    // a gives its read hold back: x, which arrived first, writes.
+    f.unlock("a");
+    assert_eq!(f.woken_ids(), vec![3]);
+}
+
+/// Regression (found by fuzz_ops): the shell never reuses a waiter id, but if it did, the
+/// second waiter replaced the first in the queue while the first's wait deadline stayed
+/// indexed; at that deadline the timer's step found it, could not take it out, and looped
+/// forever. A reused id now replaces the earlier waiter with its indexes.
+#[test]
+fn a_waiter_id_used_twice_leaves_one_waiter_and_no_stale_wait_deadline() {
+    let mut f = Fixture::new();
+    f.w("h").unwrap(); // lease ends at 1100
+    let wait = |until| Request {
+        owner: b"w",
+        mode: Mode::Write,
+        ttl: 100,
+        wait: Some(Wait { id: 7, until }),
+        max_waiters: 100,
+    };
+    assert_eq!(
+        f.with(|l, env| l.lock(&wait(Some(1_050)), env)),
+        Ok(Acquire::Queued)
+    );
+    assert_eq!(
+        f.with(|l, env| l.lock(&wait(None), env)),
+        Ok(Acquire::Queued)
+    );
+    assert_eq!(f.lock.0.waiter_count(), 1);
+    assert_eq!(f.lock.0.next_wakeup(), Some(1_100));
+    f.world.now = 1_060;
+    f.tick();
+    assert!(f.timed_out_ids().is_empty());
+    f.world.now = 1_100;
+    f.tick();
+    assert_eq!(f.woken_ids(), vec![7]);
 }

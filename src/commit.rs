@@ -63,24 +63,14 @@ pub fn run<K: Keyed, T>(
         let mut changes = Changes::default();
         for id in cancels {
             let (c, _) = v.core.cancel(id, &mut env);
-            merge(&mut changes, c);
+            changes.append(c);
         }
         let (c, out) = op(&mut v.core, &mut env);
-        merge(&mut changes, c);
+        changes.append(c);
         (changes, out)
     };
     state::with(move |s| s.tokens = tokens);
     out
-}
-
-fn merge(into: &mut Changes, more: Changes) {
-    if into.is_empty() {
-        *into = more;
-        return;
-    }
-    into.effects.extend(more.effects);
-    into.woken.extend(more.woken);
-    into.timed_out.extend(more.timed_out);
 }
 
 /// The keyspace event announcing `e`, if any (a literal: no allocation per event).

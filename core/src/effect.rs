@@ -75,6 +75,17 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// Adds the changes of a later operation.
+    pub fn append(&mut self, more: Changes) {
+        if self.is_empty() {
+            *self = more;
+            return;
+        }
+        self.effects.extend(more.effects);
+        self.woken.extend(more.woken);
+        self.timed_out.extend(more.timed_out);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.effects.is_empty() && self.woken.is_empty() && self.timed_out.is_empty()
     }

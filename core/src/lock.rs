@@ -810,11 +810,14 @@ impl Semaphore {
         env: &mut Env,
     ) -> (Changes, Result<Acquire, LockError>) {
         let lock = &mut self.0;
+        // Time passes first: a key whose holders all lapsed takes the request's limit, as it
+        // would have if the timer had already removed it.
+        let mut changes = lock.tick(Kind::Semaphore, env);
         if lock.limit == 0 || lock.is_empty() {
             lock.limit = req.limit;
         } else if lock.limit != req.limit {
             let limit = lock.limit;
-            return (Changes::default(), Err(LockError::LimitMismatch { limit }));
+            return (changes, Err(LockError::LimitMismatch { limit }));
         }
         let r = Request {
             owner: req.owner,
@@ -823,7 +826,9 @@ impl Semaphore {
             wait: req.wait,
             max_waiters: req.max_waiters,
         };
-        lock.acquire(Kind::Semaphore, &r, req.permits, env)
+        let (more, out) = lock.acquire(Kind::Semaphore, &r, req.permits, env);
+        changes.append(more);
+        (changes, out)
     }
 
     /// `SEMAPHORE.RELEASE`: all of `owner`'s permits.

@@ -454,6 +454,8 @@ impl Model {
         wait: Option<Wait>,
         out: &mut Out,
     ) -> Result<Acquire, LockError> {
+        // Time passes first: a key whose holders all lapsed takes the request's limit.
+        self.begin(out);
         let exists = !self.holders.is_empty() || !self.waiters.is_empty();
         if self.limit == 0 || !exists {
             self.limit = limit;
@@ -461,7 +463,6 @@ impl Model {
             self.cov.hit(Rule::LimitMismatch);
             return Err(LockError::LimitMismatch { limit: self.limit });
         }
-        self.begin(out);
         if let Some(i) = self.pos(owner) {
             let held = self.holders[i].reads;
             if held != permits {

@@ -437,3 +437,22 @@ fn replaying_a_semaphores_effects_rebuilds_the_same_state() {
     assert_eq!(replica.last_token(), s.s.0.last_token());
     assert_eq!(tokens.high_water(), s.world.tokens.high_water());
 }
+
+#[test]
+fn a_semaphore_whose_holders_all_lapsed_takes_a_new_limit_before_any_tick() {
+    let mut f = Sem::new();
+    assert!(f.take("a", 2).is_some());
+    // Every lease has ended, but no tick has run yet: time passes before the limit is
+    // compared, as if the timer had already removed the key.
+    f.world.now += 1_000;
+    let (_, r) = f.acquire("b", 7, 7, 100, None);
+    assert!(matches!(r, Ok(Acquire::Granted(_))), "{r:?}");
+    assert_eq!(f.s.0.limit(), 7);
+    assert!(f.effects.iter().any(|e| matches!(
+        e,
+        Effect::Drop {
+            reason: DropReason::Lapse,
+            ..
+        }
+    )));
+}

@@ -336,6 +336,11 @@ async fn prepare(
     Ok((v[v.len() / 2], version))
 }
 
+async fn command(client: &redis::Client, name: &str) -> BenchResult<String> {
+    let mut c = contender::connect(client, Some(Duration::from_secs(5))).await?;
+    Ok(redis::cmd(name).query_async(&mut c).await?)
+}
+
 fn the_contenders() -> Vec<String> {
     Contender::ALL
         .iter()
@@ -407,9 +412,8 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         eprintln!("[bench] scenario {n} ...");
         let t = Instant::now();
         let other = machine::OtherLoad::start(&ctx.server_pid.into_iter().collect::<Vec<_>>());
-        if let Ok(mut c) = ctx.client.get_connection() {
-            let _: redis::RedisResult<String> = redis::cmd("FLUSHALL").query(&mut c);
-        }
+        // Async: a blocking connect here would fail with EINTR when a worker process exits.
+        let _ = rt.block_on(command(&ctx.client, "FLUSHALL"));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match n {
             1 => {
                 let mut r = s1_throughput::run_pipelined(&ctx, &st);
@@ -431,10 +435,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             t.elapsed().as_secs_f64()
         );
         loads.push(format!("{n}: {share:.0}%"));
-        let alive = server
-            .client()
-            .get_connection_with_timeout(Duration::from_secs(2))
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+        let alive = rt.block_on(command(&ctx.client, "PING"));
         if let Err(e) = alive {
             let log = server.log();
             let tail: Vec<&str> = log.lines().rev().take(10).collect();

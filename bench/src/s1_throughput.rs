@@ -378,8 +378,8 @@ pub async fn run_sequential(ctx: &Ctx, st: &Settings) -> Vec<Row> {
         let [a, b, cmds, d] = r;
         rows.push(a);
         rows.push(b.note("server CPU from /proc/PID/stat over the run, divided by the grants"));
-        rows.push(cmds.note("INFO commandstats calls (all commands but INFO) per grant: round trips per lock + unlock"));
-        rows.push(d.note("the worker processes' own CPU time (Python peers only)"));
+        rows.push(cmds.note("INFO commandstats calls per grant, INFO excluded and the calls Lua scripts make included: the server's work per lock + unlock"));
+        rows.push(d.note("the worker processes' own CPU time in the loop (Python peers only): what the client's language costs"));
     }
     rows
 }

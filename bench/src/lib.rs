@@ -76,6 +76,7 @@ pub struct Settings {
     pub s1_rounds: usize,
     pub s1_seq_clients: usize,
     pub s1_seq_secs: f64,
+    pub s1_seq_rounds: usize,
     pub s2_writers: Vec<usize>,
     pub s2_hold: Duration,
     pub s2_secs: f64,
@@ -107,7 +108,8 @@ impl Settings {
             s1_max_pairs: 20_000_000,
             s1_rounds: 3,
             s1_seq_clients: 4,
-            s1_seq_secs: 2.0,
+            s1_seq_secs: 1.0,
+            s1_seq_rounds: 3,
             s2_writers: vec![2, 8, 32],
             s2_hold: Duration::from_millis(2),
             s2_secs: 3.0,
@@ -135,6 +137,7 @@ impl Settings {
                 s1_rounds: 1,
                 s1_seq_clients: 2,
                 s1_seq_secs: 0.3,
+                s1_seq_rounds: 1,
                 s2_writers: vec![2, 8],
                 s2_secs: 0.1,
                 s2_grace: Duration::from_millis(1500),
@@ -157,6 +160,7 @@ impl Settings {
                     s1_secs: full.s1_secs * s,
                     s1_rounds: n(3).min(5),
                     s1_seq_secs: full.s1_seq_secs * s,
+                    s1_seq_rounds: n(3).min(5),
                     s2_secs: full.s2_secs * s,
                     s3_trials: n(10),
                     s4_trials: n(10),
@@ -170,7 +174,7 @@ impl Settings {
     pub fn describe(&self) -> String {
         format!(
             "1a: {} conns x {} pairs per pipeline, {:.2} s per run, {} rounds; 1b: {} clients, \
-             {:.2} s; 2: writers {:?}, hold {:?}, window {:.2} s; 3: {} readers, hold {:?}, {} \
+             {:.2} s per run, {} rounds; 2: writers {:?}, hold {:?}, window {:.2} s; 3: {} readers, hold {:?}, {} \
              trials, bound {:?}; 4: ttl {:?}, {} trials; 5: readers {:?}, waiters {:?}, {} locks \
              for memory",
             self.s1_conns,
@@ -179,6 +183,7 @@ impl Settings {
             self.s1_rounds,
             self.s1_seq_clients,
             self.s1_seq_secs,
+            self.s1_seq_rounds,
             self.s2_writers,
             self.s2_hold,
             self.s2_secs,

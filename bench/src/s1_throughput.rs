@@ -278,6 +278,7 @@ pub async fn command_calls(ctx: &Ctx) -> BenchResult<HashMap<String, u64>> {
 }
 
 /// What one contender's clients did, one request at a time.
+#[derive(Clone)]
 struct Sequential {
     grants_per_sec: f64,
     server_cpu_us: Option<f64>,
@@ -310,6 +311,7 @@ async fn sequential(ctx: &Ctx, st: &Settings, c: Contender, mode: Mode) -> Bench
     }
     let reps = worker::finish(&mut ws, Duration::from_secs_f64(secs + 20.0)).await?;
     let el = now() - go;
+    worker::end(ws).await;
     let cpu = match (cpu0, ctx.server_pid.and_then(process_cpu)) {
         (Some(a), Some(b)) => Some((b - a).as_secs_f64()),
         _ => None,
@@ -334,14 +336,35 @@ async fn sequential(ctx: &Ctx, st: &Settings, c: Contender, mode: Mode) -> Bench
     })
 }
 
-/// The one-request-at-a-time part, for every contender in write and read mode.
+/// The one-request-at-a-time part, for every contender in write and read mode: rounds of
+/// every kind, interleaved (a burst of other work then skews one round, not one contender);
+/// the median per kind.
 pub async fn run_sequential(ctx: &Ctx, st: &Settings) -> Vec<Row> {
+    let kinds: Vec<(Mode, Contender)> = [Mode::Write, Mode::Read]
+        .into_iter()
+        .flat_map(|m| Contender::ALL.into_iter().map(move |c| (m, c)))
+        .filter(|(m, c)| !(*c == Contender::Floor && *m == Mode::Read))
+        .collect();
+    let mut res: Vec<Result<Vec<Sequential>, String>> = vec![Ok(Vec::new()); kinds.len()];
+    for _ in 0..st.s1_seq_rounds {
+        for (i, (mode, c)) in kinds.iter().enumerate() {
+            if c.cannot(*mode).is_some() {
+                continue;
+            }
+            match (sequential(ctx, st, *c, *mode).await, &mut res[i]) {
+                (Ok(x), Ok(v)) => v.push(x),
+                (Err(e), r) => *r = Err(e.to_string()),
+                _ => {}
+            }
+        }
+    }
     let mut rows = Vec::new();
     for mode in [Mode::Write, Mode::Read] {
         let case = format!(
-            "{} clients, {} lock + unlock on own keys, {:.1} s",
+            "{} clients, {} lock + unlock on own keys, median of {} x {:.1} s",
             st.s1_seq_clients,
             mode.word(),
+            st.s1_seq_rounds,
             st.s1_seq_secs
         );
         let mut r = [
@@ -350,26 +373,28 @@ pub async fn run_sequential(ctx: &Ctx, st: &Settings) -> Vec<Row> {
             Row::new(SC_SEQ, &case, "server commands per grant", ""),
             Row::new(SC_SEQ, &case, "client CPU per grant", "µs"),
         ];
-        for c in Contender::ALL {
-            if c == Contender::Floor && mode == Mode::Read {
+        let fields: [fn(&Sequential) -> Option<f64>; 4] = [
+            |m| Some(m.grants_per_sec),
+            |m| m.server_cpu_us,
+            |m| Some(m.commands_per_grant),
+            |m| m.client_cpu_us,
+        ];
+        for (i, (m, c)) in kinds.iter().enumerate() {
+            if *m != mode {
                 continue;
             }
-            if let Some(why) = c.cannot(mode) {
-                for row in &mut r {
-                    *row = std::mem::take(row).val(c.name(), Val::Cannot(why.clone()));
-                }
-                continue;
-            }
-            let m = sequential(ctx, st, c, mode)
-                .await
-                .map_err(|e| e.to_string());
-            let vals = [
-                Val::of(&m, |m| Val::Num(m.grants_per_sec)),
-                Val::of(&m, |m| m.server_cpu_us.map_or(Val::Missing, Val::Num)),
-                Val::of(&m, |m| Val::Num(m.commands_per_grant)),
-                Val::of(&m, |m| m.client_cpu_us.map_or(Val::Missing, Val::Num)),
-            ];
-            for (row, v) in r.iter_mut().zip(vals) {
+            for (row, f) in r.iter_mut().zip(fields) {
+                let v = match c.cannot(mode) {
+                    Some(why) => Val::Cannot(why),
+                    None => Val::of(&res[i], |v| {
+                        let xs: Vec<f64> = v.iter().filter_map(f).collect();
+                        if xs.is_empty() {
+                            Val::Missing
+                        } else {
+                            Val::Num(median(&xs))
+                        }
+                    }),
+                };
                 if v != Val::Missing {
                     *row = std::mem::take(row).val(c.name(), v);
                 }

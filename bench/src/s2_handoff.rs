@@ -62,6 +62,7 @@ async fn measure(ctx: &Ctx, st: &Settings, c: Contender, n: usize) -> BenchResul
     }
     let reps: Vec<Report> =
         worker::finish(&mut ws, Duration::from_secs_f64(secs + grace + 15.0)).await?;
+    worker::end(ws).await;
     let stop = go + secs;
     let mut out = Outcome {
         window: secs,

@@ -65,6 +65,7 @@ async fn trial(
         r.stop();
     }
     let reps = worker::finish(&mut rs, Duration::from_secs_f64(hard + 10.0)).await?;
+    worker::end(rs.into_iter().chain(w).collect()).await;
     out.waits
         .push(match (wr.asked.first(), wr.granted.first()) {
             (Some(a), Some(Some(g))) => Some((g - a) * 1e3),

@@ -51,6 +51,7 @@ async fn measure(
         // The holder dies, before its deadline.
         h[0].kill();
         let r = w[0].done(Duration::from_secs_f64(bound + 10.0)).await?;
+        worker::end(h.into_iter().chain(w).collect()).await;
         out.push(match r.granted.first() {
             Some(Some(g)) => Some((g - (sent + ttl)) * 1e3),
             _ => None,

@@ -251,6 +251,17 @@ pub async fn finish(ws: &mut [Worker], limit: Duration) -> BenchResult<Vec<Repor
     Ok(out)
 }
 
+/// Ends the workers and reaps their processes (so that their CPU time counts as this run's,
+/// not as other processes', in the load figures).
+pub async fn end(ws: Vec<Worker>) {
+    for mut w in ws {
+        w.kill();
+        if let Some(mut c) = w.child.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), c.wait()).await;
+        }
+    }
+}
+
 async fn spawn_python(
     ctx: &Ctx,
     job: Job,

@@ -40,7 +40,7 @@ fn first_word(case: &str) -> String {
 
 const PANELS: [Panel; 6] = [
     Panel {
-        title: "1a uncontended, pipelined: pairs/s (50 conns x 8 pairs)",
+        title: "1a uncontended, pipelined: pairs/s",
         pick: |r| pick("1a", "pairs/s", r).then(|| r.case.clone()),
         whisker: None,
         log: false,
@@ -62,7 +62,7 @@ const PANELS: [Panel; 6] = [
         target: |_| None,
     },
     Panel {
-        title: "1b one request at a time: grants/s, 4 clients (log)",
+        title: "1b one request at a time: grants/s (log)",
         pick: |r| {
             pick("1b", "grants/s", r).then(|| {
                 if r.case.contains(" read ") {

@@ -477,12 +477,15 @@ pub async fn run(ctx: &Ctx, st: &Settings) -> Vec<Row> {
             let row =
                 row.note("floor: SET key owner NX PX; seed read: its readers counter (no owner)");
             rows.push(match floor {
-                Some(f) if many => row
+                _ if !many => row
+                    .target("module <= 160 B", |x| x <= 160.0)
+                    .judged_for(&["module"]),
+                Some(f) => row
                     .target(&format!("module <= 1.3 x floor = {:.0} B", 1.3 * f), |x| {
                         x <= 1.3 * f
                     })
                     .judged_for(&["module"]),
-                _ => row,
+                None => row,
             });
         }
     }

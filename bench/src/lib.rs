@@ -298,7 +298,7 @@ fn raise_nofile() -> u64 {
     r.rlim_cur
 }
 
-fn start_server(maxclients: usize) -> BenchResult<Server> {
+pub(crate) fn start_server(maxclients: usize) -> BenchResult<Server> {
     let module = redis_lease_testkit::module_path();
     if !module.exists() {
         return Err(format!(

@@ -346,10 +346,14 @@ fn lock_cmd_ttl(ctx: &Ctx, c: Contender, mode: Mode, key: &str) -> Vec<u8> {
 }
 
 /// `used_memory` growth per held lock over `n` one-holder locks on distinct 13-byte keys.
+/// `used_memory` growth per held lock over `n` one-holder locks on distinct 13-byte keys, on a
+/// fresh server of its own (on a reused one, what the previous contender's locks held can be
+/// freed while this one's are added).
 async fn memory_many(ctx: &Ctx, c: Contender, mode: Mode, n: usize) -> BenchResult<f64> {
-    let mut conn = RawConn::connect(ctx.port, T).await?;
-    conn.call(&["FLUSHALL"], T).await?;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let server = tokio::task::spawn_blocking(|| crate::start_server(100)).await??;
+    let mut mc = contender::connect(&server.client(), Some(T)).await?;
+    ctx.scripts.load(&mut mc).await?;
+    let mut conn = RawConn::connect(server.port, T).await?;
     let before: i64 = info_field(&mut conn, "memory", "used_memory")
         .await?
         .parse()?;
@@ -361,7 +365,6 @@ async fn memory_many(ctx: &Ctx, c: Contender, mode: Mode, n: usize) -> BenchResu
     let after: i64 = info_field(&mut conn, "memory", "used_memory")
         .await?
         .parse()?;
-    conn.call(&["FLUSHALL"], T).await?;
     Ok((after - before) as f64 / n as f64)
 }
 

@@ -410,6 +410,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
     };
     let mut rows = Vec::new();
     let mut loads = Vec::new();
+    let mut max_share: f64 = 0.0;
     for n in 1..=5u32 {
         if !(cfg.only.is_empty() || cfg.only.contains(&n)) {
             continue;
@@ -440,6 +441,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             t.elapsed().as_secs_f64()
         );
         loads.push(format!("{n}: {share:.0}%"));
+        max_share = max_share.max(share);
         let alive = rt.block_on(command(&ctx.client, "PING"));
         if let Err(e) = alive {
             let log = server.log();
@@ -452,6 +454,15 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         }
     }
     drop(server);
+    if max_share >= 10.0 {
+        about.insert(
+            0,
+            format!(
+                "**not idle**: other processes used up to {max_share:.0}% of the CPUs during a scenario, \
+                 which skews every figure (rerun on an idle machine)"
+            ),
+        );
+    }
     about.push(format!(
         "load average (1/5/15 min): {load_start} at the start, {} at the end; CPU share used by other processes during each scenario: {}",
         machine::loadavg(),

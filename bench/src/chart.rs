@@ -1,434 +1,328 @@
-//! The key comparison as one SVG: uncontended throughput (scenario 1), contended hand-off
-//! waits (scenario 2), and the two latency targets (scenarios 3 and 4), module against the
-//! baseline. Drawn with plotters' SVG backend only (text is SVG `<text>`, no font files).
+//! The chart: six panels of grouped bars drawn from the result rows, one bar per contender,
+//! as plain SVG. A contender that cannot run a case gets "n/a" where its bar would be; a lower
+//! bound (a waiter never served) is drawn pale with "≥".
 
-use std::path::Path;
+use std::fmt::Write as _;
 
-use plotters::coord::Shift;
-use plotters::prelude::*;
+use crate::contender::Contender;
+use crate::report::{fmt_num, Row, Val};
 
-use crate::report::{fmt_num, Val};
-use crate::{BenchResult, ChartData, Machine};
+const COLORS: [&str; 7] = [
+    "#999999", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+];
+const W: f64 = 1400.0;
+const PANEL_H: f64 = 330.0;
+const TOP: f64 = 90.0;
 
-const MODULE: RGBColor = RGBColor(31, 119, 180);
-const BASELINE: RGBColor = RGBColor(255, 127, 14);
-const FLOOR: RGBColor = RGBColor(150, 150, 150);
-const TARGET: RGBColor = RGBColor(200, 30, 30);
-const FONT: &str = "sans-serif";
-
-fn err<E: std::fmt::Debug>(e: E) -> crate::BenchError {
-    format!("chart: {e:?}").into()
-}
-
-pub fn draw(data: &ChartData, machine: &Machine, path: &Path) -> BenchResult<()> {
-    let root = SVGBackend::new(path, (1400, 980)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let (top, body) = root.split_vertically(70);
-    top.draw_text(
-        "redis-lease module vs client-side Lua baseline",
-        &(FONT, 24).into_font().color(&BLACK),
-        (20, 10),
-    )
-    .map_err(err)?;
-    top.draw_text(
-        &format!(
-            "{} cores, {}; redis {}",
-            machine.nproc, machine.cpu, machine.redis_version
-        ),
-        &(FONT, 14).into_font().color(&RGBColor(90, 90, 90)),
-        (20, 42),
-    )
-    .map_err(err)?;
-    // Legend.
-    let mut x = 760;
-    for (c, label) in [
-        (MODULE, "redis-lease module"),
-        (BASELINE, "Lua baseline"),
-        (FLOOR, "SET NX PX + DEL floor"),
-    ] {
-        top.draw(&Rectangle::new([(x, 14), (x + 16, 30)], c.filled()))
-            .map_err(err)?;
-        top.draw_text(label, &(FONT, 14).into_font().color(&BLACK), (x + 22, 15))
-            .map_err(err)?;
-        x += 22 + 8 * label.len() as i32 + 16;
-    }
-    top.draw(&PathElement::new(
-        vec![(760, 50), (776, 50)],
-        TARGET.stroke_width(3),
-    ))
-    .map_err(err)?;
-    top.draw_text("target", &(FONT, 14).into_font().color(&BLACK), (782, 43))
-        .map_err(err)?;
-    top.draw(&PathElement::new(
-        vec![(860, 42), (860, 58)],
-        BLACK.stroke_width(1),
-    ))
-    .map_err(err)?;
-    top.draw_text(
-        "worst wait (max)",
-        &(FONT, 14).into_font().color(&BLACK),
-        (868, 43),
-    )
-    .map_err(err)?;
-
-    let panels = body.split_evenly((2, 2));
-    throughput(&panels[0], data)?;
-    let groups: Vec<Group> = data
-        .s2
-        .iter()
-        .map(|p| Group {
-            label: format!("{} writers", p.writers),
-            vals: p.p99.clone(),
-            whisker: Some(p.max.clone()),
-            target: p.target_ms,
-        })
-        .collect();
-    grouped(
-        &panels[1],
-        "2: contended hand-off, wait p99 and max (ms, log)",
-        &groups,
-        true,
-    )?;
-    let groups: Vec<Group> = data
-        .s2
-        .iter()
-        .map(|p| Group {
-            label: format!("{} writers", p.writers),
-            vals: p.fairness.clone(),
-            whisker: None,
-            target: 0.8,
-        })
-        .collect();
-    grouped(
-        &panels[2],
-        "2: contended hand-off, fairness (fewest / most grants per worker)",
-        &groups,
-        false,
-    )?;
-    let groups: Vec<Group> = data
-        .s34
-        .iter()
-        .map(|(l, m, b, t)| {
-            let short = if l.starts_with("writer") {
-                "3: writer under reader flood"
-            } else {
-                "4: served after lease deadline"
-            };
-            Group {
-                label: short.to_string(),
-                vals: [m.clone(), b.clone()],
-                whisker: None,
-                target: *t,
-            }
-        })
-        .collect();
-    grouped(&panels[3], "3, 4: worst-case wait (ms, log)", &groups, true)?;
-    root.present().map_err(err)?;
-    Ok(())
-}
-
-/// One group of bars: module and baseline.
-pub struct Group {
-    pub label: String,
-    pub vals: [Val; 2],
-    /// A thin line from the bar up to this value (e.g. the max above a p99 bar).
-    pub whisker: Option<[Val; 2]>,
-    pub target: f64,
-}
-
-fn grouped(
-    area: &DrawingArea<SVGBackend, Shift>,
-    title: &str,
-    groups: &[Group],
+/// One panel: which rows (each a group of bars, with its label), on what scale, with which
+/// target line and which whisker (e.g. the max above a p99 bar).
+struct Panel {
+    title: &'static str,
+    pick: fn(&Row) -> Option<String>,
+    whisker: Option<&'static str>,
     log: bool,
-) -> BenchResult<()> {
-    if log {
-        let vals = groups
-            .iter()
-            .flat_map(|g| {
-                let w = g.whisker.clone().unwrap_or_default();
-                [
-                    g.vals[0].num(),
-                    g.vals[1].num(),
-                    w[0].num(),
-                    w[1].num(),
-                    Some(g.target),
-                ]
-            })
-            .flatten()
-            .filter(|v| *v > 0.0);
-        let (lo, hi) = vals.fold((f64::INFINITY, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-        let lo = if lo.is_finite() {
-            10f64.powf((lo / 3.0).log10().floor())
-        } else {
-            0.1
-        };
-        let hi = 10f64.powf((hi.max(1.0) * 3.0).log10().ceil());
-        draw_groups(area, title, groups, (lo..hi).log_scale(), lo, hi)
-    } else {
-        draw_groups(area, title, groups, 0f64..1.15, 0.0, 1.15)
-    }
+    target: fn(&Row) -> Option<f64>,
 }
 
-fn draw_groups<Y>(
-    area: &DrawingArea<SVGBackend, Shift>,
-    title: &str,
-    groups: &[Group],
-    y: Y,
-    lo: f64,
-    hi: f64,
-) -> BenchResult<()>
-where
-    Y: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
-    Y::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
-{
-    let n = groups.len().max(1);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 17))
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.5f64..n as f64 - 0.5, y)
-        .map_err(err)?;
-    let labels: Vec<String> = groups.iter().map(|g| g.label.clone()).collect();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn pick(sc: &'static str, metric: &'static str, r: &Row) -> bool {
+    r.scenario.starts_with(sc) && r.metric == metric
+}
+
+fn first_word(case: &str) -> String {
+    case.split(',').next().unwrap_or(case).to_string()
+}
+
+const PANELS: [Panel; 6] = [
+    Panel {
+        title: "1a uncontended, pipelined: pairs/s",
+        pick: |r| pick("1a", "pairs/s", r).then(|| r.case.clone()),
+        whisker: None,
+        log: false,
+        target: |_| None,
+    },
+    Panel {
+        title: "1b one request at a time: server CPU per grant (µs, log)",
+        pick: |r| {
+            pick("1b", "server CPU per grant", r).then(|| {
+                if r.case.contains(" read ") {
+                    "read".into()
+                } else {
+                    "write".into()
+                }
+            })
+        },
+        whisker: None,
+        log: true,
+        target: |_| None,
+    },
+    Panel {
+        title: "1b one request at a time: grants/s (log)",
+        pick: |r| {
+            pick("1b", "grants/s", r).then(|| {
+                if r.case.contains(" read ") {
+                    "read".into()
+                } else {
+                    "write".into()
+                }
+            })
+        },
+        whisker: None,
+        log: true,
+        target: |_| None,
+    },
+    Panel {
+        title: "2 contended hand-off: wait p99, whisker to max (ms, log)",
+        pick: |r| pick("2", "wait p99", r).then(|| first_word(&r.case)),
+        whisker: Some("wait max"),
+        log: true,
+        target: |r| {
+            r.target
+                .rsplit("= ")
+                .next()
+                .and_then(|t| t.trim_end_matches(" ms").parse().ok())
+        },
+    },
+    Panel {
+        title: "2 contended hand-off: fairness (fewest / most grants per worker)",
+        pick: |r| pick("2", "min/max grants per worker", r).then(|| first_word(&r.case)),
+        whisker: None,
+        log: false,
+        target: |_| Some(0.8),
+    },
+    Panel {
+        title: "3 writer under reader flood, 4 lease lapse: worst case (ms, log)",
+        pick: |r| {
+            if pick("3", "writer wait max", r) {
+                Some("3 writer wait max".into())
+            } else if pick("4", "served after deadline max", r) {
+                Some("4 served after lease deadline, max".into())
             } else {
-                String::new()
+                None
             }
+        },
+        whisker: None,
+        log: true,
+        target: |r| r.scenario.starts_with('4').then_some(10.0),
+    },
+];
+
+/// The whole chart.
+pub fn svg(rows: &[Row], about: &[String]) -> String {
+    let names = Contender::names();
+    let h = TOP + 3.0 * PANEL_H + 20.0;
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
+    );
+    let _ = write!(
+        s,
+        r##"<text x="20" y="28" font-size="20">redis-lease module vs the SET NX PX floor, the seed design and the lock libraries</text><text x="20" y="48" fill="#555">{}</text>"##,
+        esc(&about
+            .iter()
+            .filter(|l| l.starts_with("machine") || l.starts_with("server"))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; "))
+    );
+    let mut x = 20.0;
+    for (i, n) in names.iter().enumerate() {
+        let _ = write!(
+            s,
+            r#"<rect x="{x}" y="62" width="14" height="14" fill="{}"/><text x="{}" y="74">{n}</text>"#,
+            COLORS[i],
+            x + 18.0
+        );
+        x += 30.0 + 7.5 * n.len() as f64;
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{x}" y1="69" x2="{}" y2="69" stroke="#c00" stroke-width="2" stroke-dasharray="5,3"/><text x="{}" y="74">target</text>"##,
+        x + 24.0,
+        x + 30.0
+    );
+    for (i, p) in PANELS.iter().enumerate() {
+        let (px, py) = ((i % 2) as f64 * W / 2.0, TOP + (i / 2) as f64 * PANEL_H);
+        panel(
+            &mut s,
+            p,
+            rows,
+            px + 10.0,
+            py,
+            W / 2.0 - 20.0,
+            PANEL_H - 10.0,
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+#[allow(clippy::too_many_arguments)]
+fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f64) {
+    let names = Contender::names();
+    let groups: Vec<(String, &Row)> = rows
+        .iter()
+        .filter_map(|r| (p.pick)(r).map(|l| (l, r)))
+        .collect();
+    let series: Vec<usize> = (0..names.len())
+        .filter(|&i| {
+            groups
+                .iter()
+                .any(|(_, r)| r.vals.iter().any(|(w, _)| w == names[i]))
         })
-        .y_label_formatter(&|y| fmt_num(*y))
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(err)?;
-    for (i, g) in groups.iter().enumerate() {
-        let x = i as f64;
-        for (k, (color, x0)) in [(MODULE, x - 0.38), (BASELINE, x + 0.02)]
-            .into_iter()
-            .enumerate()
-        {
-            let val = &g.vals[k];
-            let x1 = x0 + 0.36;
-            let xm = (x0 + x1) / 2.0;
-            let mut label_at = lo;
-            match val.num() {
-                Some(v) if v > lo => {
-                    let top = v.min(hi);
-                    label_at = top;
-                    chart
-                        .draw_series(std::iter::once(Rectangle::new(
-                            [(x0, lo), (x1, top)],
-                            color.filled(),
-                        )))
-                        .map_err(err)?;
-                }
-                Some(_) => {}
-                None => {
-                    chart
-                        .draw_series(std::iter::once(
-                            EmptyElement::at((x0, lo))
-                                + Text::new("n/a", (2, -16), (FONT, 13).into_font()),
-                        ))
-                        .map_err(err)?;
-                    continue;
-                }
-            }
-            let text = val.render("");
-            if let Some(w) = &g.whisker {
-                if let (Some(top), Some(v)) = (w[k].num(), val.num()) {
-                    if top > v {
-                        let top = top.min(hi);
-                        chart
-                            .draw_series(std::iter::once(PathElement::new(
-                                vec![(xm, v.max(lo)), (xm, top)],
-                                BLACK.stroke_width(1),
-                            )))
-                            .map_err(err)?;
-                        chart
-                            .draw_series(std::iter::once(PathElement::new(
-                                vec![(xm - 0.05, top), (xm + 0.05, top)],
-                                BLACK.stroke_width(1),
-                            )))
-                            .map_err(err)?;
-                        // The max gets its own label where it is well above the bar.
-                        if top >= 3.0 * v.max(lo) {
-                            chart
-                                .draw_series(std::iter::once(
-                                    EmptyElement::at((x0, top))
-                                        + Text::new(
-                                            format!("max {}", w[k].render("")),
-                                            (0, -16),
-                                            (FONT, 12).into_font(),
-                                        ),
-                                ))
-                                .map_err(err)?;
-                        } else {
-                            label_at = top;
-                        }
+        .collect();
+    let whisker = |r: &Row, who: &str| -> Option<f64> {
+        let m = p.whisker?;
+        rows.iter()
+            .find(|x| x.scenario == r.scenario && x.case == r.case && x.metric == m)?
+            .get(who)
+            .num()
+    };
+    let mut vals: Vec<f64> = Vec::new();
+    for (_, r) in &groups {
+        for &i in &series {
+            vals.extend(r.get(names[i]).num());
+            vals.extend(whisker(r, names[i]));
+        }
+        vals.extend((p.target)(r));
+    }
+    vals.retain(|v| v.is_finite() && (!p.log || *v > 0.0));
+    let _ = write!(
+        s,
+        r#"<text x="{x0}" y="{}" font-size="14">{}</text>"#,
+        y0 + 16.0,
+        esc(p.title)
+    );
+    let (l, t, b) = (x0 + 55.0, y0 + 30.0, y0 + h - 40.0);
+    let r_edge = x0 + w;
+    if vals.is_empty() || series.is_empty() {
+        let _ = write!(s, r#"<text x="{l}" y="{}">no data</text>"#, t + 40.0);
+        return;
+    }
+    let max = vals.iter().cloned().fold(f64::MIN, f64::max);
+    let (lo, hi) = if p.log {
+        let min = vals.iter().cloned().fold(f64::MAX, f64::min);
+        (
+            min.log10().floor(),
+            max.log10().ceil().max(min.log10().floor() + 1.0),
+        )
+    } else {
+        (0.0, if max > 0.0 { max * 1.1 } else { 1.0 })
+    };
+    let y = |v: f64| -> f64 {
+        let f = if p.log {
+            (v.max(1e-12).log10() - lo) / (hi - lo)
+        } else {
+            v / hi
+        };
+        b - f.clamp(0.0, 1.0) * (b - t)
+    };
+    // Axis and grid.
+    let ticks: Vec<f64> = if p.log {
+        (lo as i32..=hi as i32).map(|e| 10f64.powi(e)).collect()
+    } else {
+        let raw = hi / 5.0;
+        let mag = 10f64.powf(raw.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0]
+            .iter()
+            .map(|m| m * mag)
+            .find(|s| *s >= raw)
+            .unwrap_or(raw);
+        (0..)
+            .map(|k| k as f64 * step)
+            .take_while(|v| *v <= hi)
+            .collect()
+    };
+    for tv in ticks {
+        let ty = y(tv);
+        let _ = write!(
+            s,
+            r##"<line x1="{l}" y1="{ty}" x2="{r_edge}" y2="{ty}" stroke="#e5e5e5"/><text x="{}" y="{}" text-anchor="end" fill="#555">{}</text>"##,
+            l - 4.0,
+            ty + 4.0,
+            fmt_num(tv)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{l}" y1="{b}" x2="{r_edge}" y2="{b}" stroke="#333"/>"##
+    );
+    let gw = (r_edge - l) / groups.len() as f64;
+    let bw = gw * 0.8 / series.len() as f64;
+    for (g, (label, r)) in groups.iter().enumerate() {
+        let gx = l + g as f64 * gw + gw * 0.1;
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            gx + gw * 0.4,
+            b + 16.0,
+            esc(label)
+        );
+        for (k, &i) in series.iter().enumerate() {
+            let bx = gx + k as f64 * bw;
+            let v = r.get(names[i]);
+            match v.num() {
+                Some(n) => {
+                    let by = y(n);
+                    let pale = matches!(v, Val::AtLeast(_));
+                    let _ = write!(
+                        s,
+                        r#"<rect x="{bx:.1}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{}" fill-opacity="{}"><title>{}: {}</title></rect>"#,
+                        bw * 0.9,
+                        (b - by).max(0.5),
+                        COLORS[i],
+                        if pale { 0.35 } else { 1.0 },
+                        names[i],
+                        esc(&v.render(&r.unit))
+                    );
+                    let _ = write!(
+                        s,
+                        r#"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}{}</text>"#,
+                        bx + bw * 0.45,
+                        by - 3.0,
+                        if pale { "≥" } else { "" },
+                        fmt_num(n)
+                    );
+                    if let Some(wv) = whisker(r, names[i]) {
+                        let _ = write!(
+                            s,
+                            r##"<line x1="{0:.1}" y1="{1:.1}" x2="{0:.1}" y2="{2:.1}" stroke="#222"/>"##,
+                            bx + bw * 0.45,
+                            by,
+                            y(wv)
+                        );
                     }
                 }
-            }
-            chart
-                .draw_series(std::iter::once(
-                    EmptyElement::at((x0, label_at))
-                        + Text::new(text, (0, -16), (FONT, 12).into_font()),
-                ))
-                .map_err(err)?;
-        }
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(x - 0.45, g.target), (x + 0.45, g.target)],
-                TARGET.stroke_width(3),
-            )))
-            .map_err(err)?;
-    }
-    Ok(())
-}
-
-fn throughput(area: &DrawingArea<SVGBackend, Shift>, data: &ChartData) -> BenchResult<()> {
-    let n = data.s1.len().max(1);
-    let max = data
-        .s1
-        .iter()
-        .filter_map(|(_, v, _)| *v)
-        .fold(1.0, f64::max)
-        / 1000.0;
-    let mut chart = ChartBuilder::on(area)
-        .caption("1: uncontended, pipelined (k pairs/s)", (FONT, 17))
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(150)
-        .build_cartesian_2d(0f64..max * 1.25, -0.5f64..n as f64 - 0.5)
-        .map_err(err)?;
-    let labels: Vec<String> = data.s1.iter().map(|(l, _, _)| l.clone()).collect();
-    let floor = data
-        .s1
-        .iter()
-        .find(|(_, _, k)| *k == 0)
-        .and_then(|(_, v, _)| *v);
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            if (y - i).abs() < 1e-6 && i >= 0.0 {
-                // Top to bottom in the order given.
-                labels.get(n - 1 - i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("thousand lock+unlock pairs per second")
-        .label_style((FONT, 13))
-        .draw()
-        .map_err(err)?;
-    if let Some(f) = floor {
-        let t = 0.85 * f / 1000.0;
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(t, -0.5), (t, n as f64 - 0.5)],
-                TARGET.stroke_width(2),
-            )))
-            .map_err(err)?;
-        chart
-            .draw_series(std::iter::once(
-                EmptyElement::at((t, n as f64 - 0.5))
-                    + Text::new(
-                        "0.85 x floor",
-                        (4, 2),
-                        (FONT, 12).into_font().color(&TARGET),
-                    ),
-            ))
-            .map_err(err)?;
-    }
-    for (i, (_, v, kind)) in data.s1.iter().enumerate() {
-        let y = (n - 1 - i) as f64;
-        let color = match kind {
-            0 => FLOOR,
-            1 => MODULE,
-            _ => BASELINE,
-        };
-        match v {
-            Some(v) => {
-                let k = v / 1000.0;
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(0.0, y - 0.35), (k, y + 0.35)],
-                        color.filled(),
-                    )))
-                    .map_err(err)?;
-                chart
-                    .draw_series(std::iter::once(
-                        EmptyElement::at((k, y))
-                            + Text::new(fmt_num(k), (4, -7), (FONT, 13).into_font()),
-                    ))
-                    .map_err(err)?;
-            }
-            None => {
-                chart
-                    .draw_series(std::iter::once(
-                        EmptyElement::at((0.0, y))
-                            + Text::new("n/a (error)", (4, -7), (FONT, 13).into_font()),
-                    ))
-                    .map_err(err)?;
+                None if matches!(v, Val::Missing) => {}
+                None => {
+                    let _ = write!(
+                        s,
+                        r#"<text x="{:.1}" y="{:.1}" font-size="9" fill="{}" transform="rotate(-90 {:.1} {:.1})">{}</text>"#,
+                        bx + bw * 0.6,
+                        b - 3.0,
+                        COLORS[i],
+                        bx + bw * 0.6,
+                        b - 3.0,
+                        if matches!(v, Val::Cannot(_)) {
+                            "n/a"
+                        } else {
+                            "error"
+                        }
+                    );
+                }
             }
         }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::HandoffPoint;
-
-    /// Draws a chart from made-up figures (set `BENCH_CHART_SAMPLE=path.svg` to keep it).
-    #[test]
-    fn draws_sample_chart() {
-        let mut d = ChartData {
-            s1: vec![
-                ("SET NX PX+DEL".into(), Some(480_000.0), 0),
-                ("module RLOCK+UNLOCK".into(), Some(220_000.0), 1),
-                ("baseline RLOCK+UNLOCK".into(), None, 2),
-            ],
-            ..Default::default()
-        };
-        for (n, mp, bp, bm) in [(2, 2.4, 0.16, 1505.0), (32, 70.0, 3901.0, 3901.0)] {
-            d.s2.push(HandoffPoint {
-                writers: n,
-                p99: [Val::Num(mp), Val::AtLeast(bp)],
-                max: [Val::Num(mp * 1.1), Val::AtLeast(bm)],
-                fairness: [Val::Num(0.98), Val::Num(0.0)],
-                target_ms: n as f64 * 3.0,
-            });
+        if let Some(tv) = (p.target)(r) {
+            let ty = y(tv);
+            let _ = write!(
+                s,
+                r##"<line x1="{gx:.1}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#c00" stroke-width="2" stroke-dasharray="5,3"/>"##,
+                gx + gw * 0.8
+            );
         }
-        d.s34 = vec![
-            ("writer".into(), Val::Num(19.0), Val::AtLeast(2000.0), 21.0),
-            (
-                "lapse".into(),
-                Val::Text("error: x".into()),
-                Val::Num(104.0),
-                10.0,
-            ),
-        ];
-        let dir = tempfile::tempdir().unwrap();
-        let path = std::env::var("BENCH_CHART_SAMPLE")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|_| dir.path().join("chart.svg"));
-        draw(&d, &Machine::default(), &path).unwrap();
-        let svg = std::fs::read_to_string(&path).unwrap();
-        assert!(
-            svg.contains("max ≥ 3,901")
-                || svg.contains("max &#8805; 3,901")
-                || svg.contains("3,901")
-        );
-        assert!(svg.contains("n/a"));
     }
 }

@@ -1,4 +1,5 @@
-//! Result rows, and the text table, markdown table and CSV made from them.
+//! Result rows and what is made from them: the CSV (the data, one line per figure) and one
+//! markdown table per scenario (what the binary prints and results.md holds).
 
 use std::fmt::Write as _;
 
@@ -8,7 +9,10 @@ pub enum Val {
     Num(f64),
     /// A lower bound: the measurement hit its time limit (e.g. a waiter never served).
     AtLeast(f64),
-    Text(String),
+    /// The contender lacks what the scenario needs (e.g. a read mode).
+    Cannot(String),
+    /// An error while measuring.
+    Error(String),
     #[default]
     Missing,
 }
@@ -21,57 +25,60 @@ impl Val {
         }
     }
 
-    pub fn render(&self, unit: &str) -> String {
-        match self {
-            Val::Num(x) => format!("{}{}", fmt_num(*x), unit_suffix(unit)),
-            Val::AtLeast(x) => format!("≥ {}{}", fmt_num(*x), unit_suffix(unit)),
-            Val::Text(t) if t.chars().count() > 60 => {
-                format!("{}…", t.chars().take(59).collect::<String>())
-            }
-            Val::Text(t) => t.clone(),
-            Val::Missing => "—".to_string(),
+    pub fn of<T>(r: &Result<T, String>, f: impl Fn(&T) -> Val) -> Val {
+        match r {
+            Ok(x) => f(x),
+            Err(e) => Val::Error(e.clone()),
         }
     }
 
-    pub fn csv(&self) -> String {
+    pub fn render(&self, unit: &str) -> String {
+        let unit = match unit {
+            "" => String::new(),
+            "x" => "×".into(),
+            u => format!(" {u}"),
+        };
+        match self {
+            Val::Num(x) => format!("{}{unit}", fmt_num(*x)),
+            Val::AtLeast(x) => format!("≥ {}{unit}", fmt_num(*x)),
+            Val::Cannot(why) => format!("cannot: {why}"),
+            Val::Error(e) => format!("error: {}", e.chars().take(80).collect::<String>()),
+            Val::Missing => "—".into(),
+        }
+    }
+
+    fn csv(&self) -> String {
         match self {
             Val::Num(x) => format!("{x}"),
             Val::AtLeast(x) => format!(">={x}"),
-            Val::Text(t) => t.clone(),
+            Val::Cannot(why) => format!("cannot: {why}"),
+            Val::Error(e) => format!("error: {e}"),
             Val::Missing => String::new(),
         }
     }
 }
 
-fn unit_suffix(unit: &str) -> String {
-    match unit {
-        "" => String::new(),
-        "x" => "×".to_string(),
-        u => format!(" {u}"),
-    }
-}
-
-/// Formats a number with about three significant digits and thousands separators.
+/// About three significant digits, thousands separated.
 pub fn fmt_num(x: f64) -> String {
-    if !x.is_finite() {
-        return format!("{x}");
-    }
     let a = x.abs();
-    let s = if a.round() >= 1000.0 {
-        let r = x.round() as i64;
-        let digits = r.abs().to_string();
-        let mut out = String::new();
-        for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                out.push(',');
-            }
-            out.push(c);
+    if !x.is_finite() {
+        format!("{x}")
+    } else if a.round() >= 1000.0 {
+        let d = (x.round() as i64).abs().to_string();
+        let mut s: String = d
+            .chars()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                (i > 0 && (d.len() - i).is_multiple_of(3))
+                    .then_some(',')
+                    .into_iter()
+                    .chain([c])
+            })
+            .collect();
+        if x < 0.0 {
+            s.insert(0, '-');
         }
-        if r < 0 {
-            format!("-{out}")
-        } else {
-            out
-        }
+        s
     } else if a >= 100.0 {
         format!("{x:.0}")
     } else if a >= 10.0 {
@@ -79,75 +86,72 @@ pub fn fmt_num(x: f64) -> String {
     } else if a >= 1.0 {
         format!("{x:.2}")
     } else if a == 0.0 {
-        "0".to_string()
+        "0".into()
     } else {
         format!("{x:.3}")
-    };
-    s
+    }
 }
 
-/// One line of the results: one metric of one case, for both implementations.
-#[derive(Clone, Debug)]
+/// One metric of one case, for every contender that ran it.
+#[derive(Clone, Debug, Default)]
 pub struct Row {
     pub scenario: String,
     pub case: String,
     pub metric: String,
     pub unit: String,
-    pub module: Val,
-    pub baseline: Val,
-    /// The target, in words ("" if the row is information only).
+    /// (contender, value), in the contenders' order.
+    pub vals: Vec<(String, Val)>,
+    /// The target in words ("" if information only), and who meets it.
     pub target: String,
-    pub module_met: Option<bool>,
-    pub baseline_met: Option<bool>,
+    pub met: Vec<(String, bool)>,
     pub note: String,
-    /// A reference figure that belongs to neither implementation (the `SET NX PX` floor): its
-    /// value is in `module`, and the CSV names it `floor`.
-    pub reference: bool,
 }
 
 impl Row {
     pub fn new(scenario: &str, case: &str, metric: &str, unit: &str) -> Row {
         Row {
-            scenario: scenario.to_string(),
-            case: case.to_string(),
-            metric: metric.to_string(),
-            unit: unit.to_string(),
-            module: Val::Missing,
-            baseline: Val::Missing,
-            target: String::new(),
-            module_met: None,
-            baseline_met: None,
-            note: String::new(),
-            reference: false,
+            scenario: scenario.into(),
+            case: case.into(),
+            metric: metric.into(),
+            unit: unit.into(),
+            ..Row::default()
         }
     }
 
-    /// Marks the row as a reference figure (see `reference`).
-    pub fn reference(mut self) -> Row {
-        self.reference = true;
+    pub fn val(mut self, who: &str, v: Val) -> Row {
+        self.vals.push((who.into(), v));
         self
     }
 
-    pub fn vals(mut self, module: Val, baseline: Val) -> Row {
-        self.module = module;
-        self.baseline = baseline;
+    pub fn get(&self, who: &str) -> &Val {
+        self.vals
+            .iter()
+            .find(|(w, _)| w == who)
+            .map(|(_, v)| v)
+            .unwrap_or(&Val::Missing)
+    }
+
+    /// Judges every measured value (a value that is an error does not meet it; one that
+    /// cannot be measured is not judged).
+    pub fn target(self, text: &str, ok: impl Fn(f64) -> bool) -> Row {
+        self.target_by(text, |_, x| ok(x))
+    }
+
+    /// As `target`, with a judgement that depends on the contender.
+    pub fn target_by(mut self, text: &str, ok: impl Fn(&str, f64) -> bool) -> Row {
+        self.target = text.into();
+        self.met = self
+            .vals
+            .iter()
+            .filter(|(_, v)| !matches!(v, Val::Cannot(_) | Val::Missing))
+            .map(|(w, v)| (w.clone(), v.num().is_some_and(|x| ok(w, x))))
+            .collect();
         self
     }
 
-    /// Sets a target and judges both values with `ok` (a value that is missing or an error
-    /// does not meet it).
-    pub fn target(mut self, text: &str, ok: impl Fn(f64) -> bool) -> Row {
-        self.target = text.to_string();
-        self.module_met = Some(self.module.num().is_some_and(&ok));
-        self.baseline_met = Some(self.baseline.num().is_some_and(&ok));
-        self
-    }
-
-    /// A target that only applies to the module (e.g. a ratio against the baseline).
-    pub fn module_target(mut self, text: &str, ok: impl Fn(f64) -> bool) -> Row {
-        self.target = text.to_string();
-        self.module_met = Some(self.module.num().is_some_and(&ok));
-        self.baseline_met = None;
+    /// Keeps the judgement for these contenders only (a target that is theirs alone).
+    pub fn judged_for(mut self, who: &[&str]) -> Row {
+        self.met.retain(|(w, _)| who.contains(&w.as_str()));
         self
     }
 
@@ -155,103 +159,10 @@ impl Row {
         self.note = note.into();
         self
     }
-}
 
-fn met(m: Option<bool>) -> &'static str {
-    match m {
-        Some(true) => "yes",
-        Some(false) => "NO",
-        None => "",
+    pub fn met_by(&self, who: &str) -> Option<bool> {
+        self.met.iter().find(|(w, _)| w == who).map(|(_, m)| *m)
     }
-}
-
-const HEAD: [&str; 9] = [
-    "scenario",
-    "case",
-    "metric",
-    "module",
-    "baseline",
-    "target",
-    "module met",
-    "baseline met",
-    "note",
-];
-
-fn cells(r: &Row) -> [String; 9] {
-    [
-        r.scenario.clone(),
-        r.case.clone(),
-        r.metric.clone(),
-        r.module.render(&r.unit),
-        r.baseline.render(&r.unit),
-        r.target.clone(),
-        met(r.module_met).to_string(),
-        met(r.baseline_met).to_string(),
-        r.note.clone(),
-    ]
-}
-
-/// A plain-text table for the terminal.
-pub fn text_table(rows: &[Row]) -> String {
-    let all: Vec<[String; 9]> = rows.iter().map(cells).collect();
-    let mut w = HEAD.map(|h| h.chars().count());
-    for c in &all {
-        for (i, s) in c.iter().enumerate() {
-            w[i] = w[i].max(s.chars().count());
-        }
-    }
-    let line = |c: &[String]| {
-        let mut s = String::new();
-        for (i, x) in c.iter().enumerate() {
-            let pad = w[i] - x.chars().count();
-            if i == 3 || i == 4 {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(x);
-            } else {
-                s.push_str(x);
-                if i + 1 < c.len() {
-                    s.push_str(&" ".repeat(pad));
-                }
-            }
-            if i + 1 < c.len() {
-                s.push_str("  ");
-            }
-        }
-        s.trim_end().to_string()
-    };
-    let mut out = String::new();
-    let head: Vec<String> = HEAD.iter().map(|s| s.to_string()).collect();
-    out.push_str(&line(&head));
-    out.push('\n');
-    let total: usize = w.iter().sum::<usize>() + 2 * (w.len() - 1);
-    out.push_str(&"-".repeat(total.min(200)));
-    out.push('\n');
-    let mut last = String::new();
-    for (r, c) in rows.iter().zip(&all) {
-        if !last.is_empty() && r.scenario != last {
-            out.push('\n');
-        }
-        last = r.scenario.clone();
-        out.push_str(&line(c));
-        out.push('\n');
-    }
-    out
-}
-
-fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|")
-}
-
-/// A markdown table.
-pub fn markdown_table(rows: &[Row]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "| {} |", HEAD.join(" | "));
-    let _ = writeln!(out, "|---|---|---|--:|--:|---|---|---|---|");
-    for r in rows {
-        let c = cells(r).map(|s| md_escape(&s));
-        let _ = writeln!(out, "| {} |", c.join(" | "));
-    }
-    out
 }
 
 fn csv_field(s: &str) -> String {
@@ -262,35 +173,26 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// CSV, one line per row and implementation.
+pub const CSV_HEAD: &str = "scenario,case,metric,unit,contender,value,target,target_met,note";
+
+/// The data: one line per row and contender.
 pub fn csv(rows: &[Row]) -> String {
-    let mut out =
-        String::from("scenario,case,metric,unit,implementation,value,target,target_met,note\n");
+    let mut out = format!("{CSV_HEAD}\n");
     for r in rows {
-        let imps = if r.reference {
-            vec![("floor", &r.module, r.module_met)]
-        } else {
-            vec![
-                ("module", &r.module, r.module_met),
-                ("baseline", &r.baseline, r.baseline_met),
-            ]
-        };
-        for (imp, v, m) in imps {
-            if *v == Val::Missing {
-                continue;
-            }
-            let fields = [
-                r.scenario.clone(),
-                r.case.clone(),
-                r.metric.clone(),
-                r.unit.clone(),
-                imp.to_string(),
-                v.csv(),
-                r.target.clone(),
-                m.map(|b| b.to_string()).unwrap_or_default(),
-                r.note.clone(),
+        for (who, v) in &r.vals {
+            let met = r.met_by(who).map(|m| m.to_string()).unwrap_or_default();
+            let f = [
+                &r.scenario,
+                &r.case,
+                &r.metric,
+                &r.unit,
+                who,
+                &v.csv(),
+                &r.target,
+                &met,
+                &r.note,
             ];
-            let f: Vec<String> = fields.iter().map(|s| csv_field(s)).collect();
+            let f: Vec<String> = f.iter().map(|s| csv_field(s)).collect();
             out.push_str(&f.join(","));
             out.push('\n');
         }
@@ -298,28 +200,52 @@ pub fn csv(rows: &[Row]) -> String {
     out
 }
 
-/// Which targets the module meets: a summary line and one line per target.
-pub fn target_summary(rows: &[Row]) -> Vec<String> {
-    let judged: Vec<&Row> = rows.iter().filter(|r| r.module_met.is_some()).collect();
-    let met = judged.iter().filter(|r| r.module_met == Some(true)).count();
-    let mut out = vec![format!(
-        "targets met by the module: {met} of {}",
-        judged.len()
-    )];
-    for r in judged {
-        out.push(format!(
-            "{} {}: {} / {}: {} (target {})",
-            if r.module_met == Some(true) {
-                "met   "
-            } else {
-                "MISSED"
-            },
-            r.scenario,
-            r.case,
-            r.metric,
-            r.module.render(&r.unit),
-            r.target
-        ));
+/// One markdown table per scenario, a column per contender that appears in it (in `order`).
+/// A judged value is followed by ✓ or ✗.
+pub fn markdown(rows: &[Row], order: &[&str]) -> String {
+    let mut out = String::new();
+    let mut scenarios: Vec<&str> = Vec::new();
+    for r in rows {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    for sc in scenarios {
+        let rs: Vec<&Row> = rows.iter().filter(|r| r.scenario == sc).collect();
+        let who: Vec<&str> = order
+            .iter()
+            .copied()
+            .filter(|w| rs.iter().any(|r| r.vals.iter().any(|(x, _)| x == w)))
+            .collect();
+        let _ = writeln!(out, "\n### {sc}\n");
+        let _ = writeln!(
+            out,
+            "| case | metric | {} | target | note |",
+            who.join(" | ")
+        );
+        let _ = writeln!(out, "|---|---|{}---|---|", "--:|".repeat(who.len()));
+        for r in rs {
+            let cells: Vec<String> = who
+                .iter()
+                .map(|w| {
+                    let mark = match r.met_by(w) {
+                        Some(true) => " ✓",
+                        Some(false) => " ✗",
+                        None => "",
+                    };
+                    format!("{}{mark}", r.get(w).render(&r.unit))
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                r.case,
+                r.metric,
+                cells.join(" | "),
+                r.target,
+                r.note
+            );
+        }
     }
     out
 }
@@ -344,18 +270,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats() {
+    fn formats_judges_and_writes_both_outputs() {
         assert_eq!(fmt_num(1234567.0), "1,234,567");
+        assert_eq!(fmt_num(-1234.0), "-1,234");
         assert_eq!(fmt_num(12.345), "12.3");
         assert_eq!(fmt_num(0.1234), "0.123");
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.0);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 99.0), 4.0);
         let r = Row::new("s", "c", "m", "ms")
-            .vals(Val::Num(1.0), Val::Num(5.0))
+            .val("module", Val::Num(1.0))
+            .val("seed", Val::Num(5.0))
+            .val("redis-py", Val::Cannot("no read mode".into()))
             .target("<= 2", |x| x <= 2.0);
-        assert_eq!(r.module_met, Some(true));
-        assert_eq!(r.baseline_met, Some(false));
-        assert!(csv(std::slice::from_ref(&r)).contains("s,c,m,ms,module,1,<= 2,true,"));
-        assert!(markdown_table(&[r]).contains("| yes | NO |"));
+        assert_eq!(r.met_by("module"), Some(true));
+        assert_eq!(r.met_by("seed"), Some(false));
+        assert_eq!(r.met_by("redis-py"), None);
+        let c = csv(std::slice::from_ref(&r));
+        assert!(c.contains("s,c,m,ms,module,1,<= 2,true,"));
+        assert!(c.contains("s,c,m,ms,redis-py,cannot: no read mode,<= 2,,"));
+        let md = markdown(&[r], &["module", "seed", "rslock", "redis-py"]);
+        assert!(md.contains("| case | metric | module | seed | redis-py | target | note |"));
+        assert!(md.contains("| 1.00 ms ✓ | 5.00 ms ✗ | cannot: no read mode |"));
     }
 }

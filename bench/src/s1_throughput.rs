@@ -1,84 +1,47 @@
-//! Scenario 1: uncontended throughput, pipelined (as `redis-benchmark -c 50 -P 16` does):
-//! every connection works on keys of its own, sending pipelines of lock+unlock pairs.
+//! Scenario 1: uncontended cost.
+//!
+//! - Pipelined, as `redis-benchmark -c 50 -P 16`: every connection sends pipelines of
+//!   lock+unlock pairs on keys of its own. Only contenders with fixed commands can be
+//!   pipelined so (the floor, the module, the seed); the load generator is one thread with a
+//!   raw RESP client, so that it leaves the other core to the server.
+//! - One request at a time, as a library user's loop: a few clients, each on its own key,
+//!   acquire and release in turn, through each contender's own client (the libraries' own API
+//!   for the peers). Grants per second, and the server's side of it: CPU time per grant (from
+//!   `/proc/PID/stat`) and commands per grant (`INFO commandstats`), which do not depend on the
+//!   client's language.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::locks::{self, Imp, Mode};
+use crate::contender::{self, Contender, Mode};
 use crate::report::{median, Row, Val};
 use crate::resp::{RawConn, Reply};
-use crate::{BenchResult, ChartData, Ctx, Settings};
-
-/// What one pipelined run measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    Floor,
-    Lock(Imp, Mode),
-}
-
-impl Variant {
-    pub fn label(self) -> &'static str {
-        match self {
-            Variant::Floor => "SET NX PX + DEL",
-            Variant::Lock(_, Mode::Read) => "RLOCK+UNLOCK",
-            Variant::Lock(_, Mode::Write) => "WLOCK+UNLOCK",
-        }
-    }
-}
+use crate::worker::{self, now, Job};
+use crate::{process_cpu, BenchResult, Ctx, Settings};
 
 const TTL_MS: u64 = 30_000;
+const SC_PIPE: &str = "1a uncontended, pipelined";
+const SC_SEQ: &str = "1b uncontended, one request at a time";
 
-/// The pipeline one connection sends, over and over: `pairs` lock+unlock pairs, each on a key
-/// of this connection's own.
-fn pipeline_bytes(ctx: &Ctx, v: Variant, conn: usize, pairs: usize, tag: &str) -> Vec<u8> {
-    let owner = locks::new_owner();
-    let mut out = Vec::new();
-    for j in 0..pairs {
-        let key = format!("bench:s1:{tag}:{conn}:{j}");
-        match v {
-            Variant::Floor => {
-                out.extend(crate::resp::encode_str(&[
-                    "SET",
-                    &key,
-                    &owner,
-                    "NX",
-                    "PX",
-                    &TTL_MS.to_string(),
-                ]));
-                out.extend(crate::resp::encode_str(&["DEL", &key]));
-            }
-            Variant::Lock(imp, mode) => {
-                out.extend(locks::raw_lock(
-                    imp,
-                    &ctx.scripts,
-                    mode,
-                    &key,
-                    &owner,
-                    TTL_MS,
-                ));
-                out.extend(locks::raw_unlock(
-                    imp,
-                    &ctx.scripts,
-                    mode,
-                    &key,
-                    &owner,
-                    TTL_MS,
-                ));
-            }
-        }
-    }
-    out
-}
+/// The pipelined pairs: (contender, mode, case).
+const PAIRS: [(Contender, Mode, &str); 6] = [
+    (Contender::Floor, Mode::Write, "SET NX PX + DEL"),
+    (Contender::Module, Mode::Read, "RLOCK + UNLOCK"),
+    (Contender::Module, Mode::Write, "WLOCK + UNLOCK"),
+    (Contender::Module, Mode::Leader, "CAMPAIGN + RESIGN"),
+    (Contender::Seed, Mode::Read, "read lock + unlock"),
+    (Contender::Seed, Mode::Write, "write lock + unlock"),
+];
 
-/// What one run measured.
+/// What one pipelined run measured.
 #[derive(Clone, Copy, Debug)]
-pub struct Measured {
-    pub pairs_per_sec: f64,
-    /// Server CPU time (user + system) per pair, µs.
-    pub server_cpu_us: Option<f64>,
-    /// Server CPU time / wall time.
-    pub server_busy: Option<f64>,
-    /// Load generator thread CPU time / wall time.
-    pub client_busy: f64,
+struct Measured {
+    pairs_per_sec: f64,
+    /// Server CPU time per pair, µs, and server CPU / wall time.
+    server_cpu_us: Option<f64>,
+    server_busy: Option<f64>,
+    /// Load generator thread CPU / wall time.
+    client_busy: f64,
 }
 
 /// CPU time of the calling thread.
@@ -89,35 +52,43 @@ fn thread_cpu() -> Duration {
         if libc::getrusage(libc::RUSAGE_THREAD, &mut u) != 0 {
             return Duration::ZERO;
         }
-        let tv = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-        };
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
         tv(u.ru_utime) + tv(u.ru_stime)
     }
 }
 
-/// Pairs per second of one variant over `secs` (or `max_pairs` pairs, whichever ends first).
-/// Runs its load generator on a current-thread runtime of its own, so the client uses at most
-/// one core and leaves the other to the server.
-pub fn run_variant(
+/// Pairs per second of one pair kind over `secs` (or `max_pairs`), on a current-thread
+/// runtime of its own so that the client uses at most one core.
+fn pipelined(
     ctx: &Ctx,
     st: &Settings,
-    v: Variant,
+    c: Contender,
+    mode: Mode,
     secs: f64,
     max_pairs: u64,
 ) -> BenchResult<Measured> {
     let pairs = st.s1_pipeline_pairs;
-    let tag = match v {
-        Variant::Floor => "floor".to_string(),
-        Variant::Lock(imp, mode) => format!("{}-{:?}", imp.name(), mode),
-    };
     let bufs: Vec<Vec<u8>> = (0..st.s1_conns)
-        .map(|c| pipeline_bytes(ctx, v, c, pairs, &tag))
+        .map(|i| {
+            let owner = contender::new_owner();
+            let mut out = Vec::new();
+            for j in 0..pairs {
+                let key = format!("bench:s1:{}:{}:{i}:{j}", c.name(), mode.word());
+                let s = &ctx.scripts;
+                out.extend(
+                    contender::raw_lock(c, s, mode, &key, &owner, TTL_MS).expect("a fixed command"),
+                );
+                out.extend(
+                    contender::raw_unlock(c, s, mode, &key, &owner, TTL_MS)
+                        .expect("a fixed command"),
+                );
+            }
+            out
+        })
         .collect();
-    let port = ctx.port;
+    let (port, pid) = (ctx.port, ctx.server_pid);
     let per_conn = (max_pairs / st.s1_conns as u64).max(pairs as u64);
     let dur = Duration::from_secs_f64(secs);
-    let pid = ctx.server_pid;
     std::thread::scope(|s| {
         s.spawn(move || -> BenchResult<Measured> {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -128,9 +99,7 @@ pub fn run_variant(
                 for _ in 0..bufs.len() {
                     conns.push(RawConn::connect(port, Duration::from_secs(5)).await?);
                 }
-                let cpu0 = pid.and_then(crate::process_cpu);
-                let me0 = thread_cpu();
-                let start = Instant::now();
+                let (cpu0, me0, start) = (pid.and_then(process_cpu), thread_cpu(), Instant::now());
                 let end = start + dur;
                 let mut tasks = Vec::new();
                 for (mut conn, buf) in conns.into_iter().zip(bufs) {
@@ -140,7 +109,7 @@ pub fn run_variant(
                             conn.send(&buf).await?;
                             // One timeout for the whole pipeline (a timer per reply would cost
                             // more client CPU than the parsing).
-                            let replies = tokio::time::timeout(Duration::from_secs(10), async {
+                            let bad = tokio::time::timeout(Duration::from_secs(10), async {
                                 let mut bad = None;
                                 for i in 0..2 * pairs {
                                     let r = conn.read_reply().await?;
@@ -157,10 +126,9 @@ pub fn run_variant(
                             })
                             .await
                             .map_err(|_| "no reply to a pipeline within 10 s")??;
-                            if let Some((i, r)) = replies {
+                            if let Some((i, r)) = bad {
                                 return Err(format!(
-                                    "{}: unexpected reply {r:?} to command {i} of the pipeline",
-                                    v.label()
+                                    "unexpected reply {r:?} to command {i} of the pipeline"
                                 )
                                 .into());
                             }
@@ -176,7 +144,7 @@ pub fn run_variant(
                 let el = start.elapsed().as_secs_f64();
                 let me = (thread_cpu() - me0).as_secs_f64();
                 // /proc counts in clock ticks (10 ms): a run shorter than 0.2 s tells nothing.
-                let cpu = match (cpu0, pid.and_then(crate::process_cpu)) {
+                let cpu = match (cpu0, pid.and_then(process_cpu)) {
                     (Some(a), Some(b)) if el >= 0.2 => Some((b - a).as_secs_f64()),
                     _ => None,
                 };
@@ -193,107 +161,250 @@ pub fn run_variant(
     })
 }
 
-/// Runs the scenario: rounds of every variant, interleaved; reports the median per variant.
-pub fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
-    let variants = [
-        Variant::Floor,
-        Variant::Lock(Imp::Module, Mode::Read),
-        Variant::Lock(Imp::Module, Mode::Write),
-        Variant::Lock(Imp::Baseline, Mode::Read),
-        Variant::Lock(Imp::Baseline, Mode::Write),
-    ];
-    let mut results: Vec<Result<Vec<Measured>, String>> = vec![Ok(Vec::new()); variants.len()];
-    // For profiling one variant: REDIS_LEASE_BENCH_S1=floor|module-read|module-write|
-    // baseline-read|baseline-write runs only that one.
+/// The pipelined part: rounds of every pair kind, interleaved; the median per kind.
+pub fn run_pipelined(ctx: &Ctx, st: &Settings) -> Vec<Row> {
+    let mut res: Vec<Result<Vec<Measured>, String>> = vec![Ok(Vec::new()); PAIRS.len()];
+    // For profiling one kind: REDIS_LEASE_BENCH_S1="module read" runs only that one.
     let only = std::env::var("REDIS_LEASE_BENCH_S1").ok();
-    let name = |v: &Variant| match v {
-        Variant::Floor => "floor".to_string(),
-        Variant::Lock(imp, Mode::Read) => format!("{}-read", imp.name()),
-        Variant::Lock(imp, Mode::Write) => format!("{}-write", imp.name()),
-    };
-    for _round in 0..st.s1_rounds {
-        for (i, v) in variants.iter().enumerate() {
-            if results[i].is_err() || only.as_ref().is_some_and(|o| *o != name(v)) {
+    for _ in 0..st.s1_rounds {
+        for (i, (c, mode, _)) in PAIRS.iter().enumerate() {
+            let name = format!("{} {}", c.name(), mode.word());
+            if res[i].is_err() || only.as_ref().is_some_and(|o| *o != name) {
                 continue;
             }
             // A short warm-up, not measured, then the measured run.
-            let warm = run_variant(ctx, st, *v, st.s1_secs / 8.0, st.s1_max_pairs / 8)
-                .and_then(|_| run_variant(ctx, st, *v, st.s1_secs, st.s1_max_pairs));
-            match warm {
-                Ok(x) => results[i].as_mut().unwrap().push(x),
-                Err(e) => results[i] = Err(e.to_string()),
+            let m = pipelined(ctx, st, *c, *mode, st.s1_secs / 8.0, st.s1_max_pairs / 8)
+                .and_then(|_| pipelined(ctx, st, *c, *mode, st.s1_secs, st.s1_max_pairs));
+            match (m, &mut res[i]) {
+                (Ok(x), Ok(v)) => v.push(x),
+                (Err(e), r) => *r = Err(e.to_string()),
+                _ => {}
             }
         }
     }
-    let stat = |i: usize, f: &dyn Fn(&Measured) -> Option<f64>| match &results[i] {
-        Ok(v) if !v.is_empty() => {
+    let stat = |i: usize, f: &dyn Fn(&Measured) -> Option<f64>| {
+        Val::of(&res[i], |v| {
             let xs: Vec<f64> = v.iter().filter_map(f).collect();
             if xs.is_empty() {
                 Val::Missing
             } else {
                 Val::Num(median(&xs))
             }
-        }
-        Ok(_) => Val::Missing,
-        Err(e) => Val::Text(format!("error: {e}")),
+        })
     };
-    let val = |i: usize| stat(i, &|m| Some(m.pairs_per_sec));
-    let cpu = |i: usize| stat(i, &|m| m.server_cpu_us);
-    let busy = |i: usize| stat(i, &|m| m.server_busy.map(|b| b * 100.0));
-    let cbusy = |i: usize| stat(i, &|m| Some(m.client_busy * 100.0));
+    let floor = stat(0, &|m| Some(m.pairs_per_sec));
+    let floor_cpu = stat(0, &|m| m.server_cpu_us);
     let pct = |v: Val| v.num().map(|b| format!("{b:.0}%")).unwrap_or("?".into());
-    let floor = val(0);
-    let sc = "1 uncontended, pipelined";
     let setup = format!(
-        "{} conns x {} pairs/pipeline, median of {} runs",
+        "{} conns x {} pairs per pipeline, median of {} runs",
         st.s1_conns, st.s1_pipeline_pairs, st.s1_rounds
     );
-    let mut rows = vec![
-        Row::new(sc, "SET NX PX + DEL (floor)", "pairs/s", "")
-            .vals(floor.clone(), Val::Text("(same server, same run)".into()))
-            .note(setup)
-            .reference(),
-        Row::new(sc, "SET NX PX + DEL (floor)", "server CPU per pair", "µs")
-            .vals(cpu(0), Val::Missing)
-            .reference()
-            .note(format!(
-                "busy: server {}, load generator {}",
-                pct(busy(0)),
-                pct(cbusy(0))
-            )),
-    ];
-    chart.s1.push(("SET NX PX+DEL".into(), floor.num(), 0));
-    for (mode, mi, bi) in [(Mode::Read, 1, 3), (Mode::Write, 2, 4)] {
-        let case = Variant::Lock(Imp::Module, mode).label();
-        let (m, b) = (val(mi), val(bi));
-        chart.s1.push((format!("module {case}"), m.num(), 1));
-        chart.s1.push((format!("baseline {case}"), b.num(), 2));
-        rows.push(Row::new(sc, case, "pairs/s", "").vals(m.clone(), b.clone()));
-        let ratio = |x: &Val, y: &Val| match (x.num(), y.num()) {
-            (Some(a), Some(b)) if b > 0.0 => Val::Num(a / b),
-            _ => Val::Missing,
+    let mut rows = Vec::new();
+    let mut busy = Vec::new();
+    for (case_mode, case) in [
+        (Mode::Write, "write lock + unlock"),
+        (Mode::Read, "read lock + unlock"),
+        (Mode::Leader, "leader campaign + resign"),
+    ] {
+        let mut thr = Row::new(SC_PIPE, case, "pairs/s", "").val("floor", floor.clone());
+        let mut ratio = Row::new(SC_PIPE, case, "vs floor", "x");
+        let mut cpu =
+            Row::new(SC_PIPE, case, "server CPU per pair", "µs").val("floor", floor_cpu.clone());
+        for c in [Contender::Module, Contender::Seed] {
+            let Some(i) = PAIRS.iter().position(|p| p.0 == c && p.1 == case_mode) else {
+                let why = Val::Cannot(c.cannot(case_mode).unwrap_or_default());
+                thr = thr.val(c.name(), why.clone());
+                ratio = ratio.val(c.name(), why.clone());
+                cpu = cpu.val(c.name(), why);
+                continue;
+            };
+            let v = stat(i, &|m| Some(m.pairs_per_sec));
+            let r = match (v.num(), floor.num()) {
+                (Some(a), Some(b)) if b > 0.0 => Val::Num(a / b),
+                _ => v.clone(),
+            };
+            busy.push(format!(
+                "{} {}: server {}, load generator {}",
+                c.name(),
+                PAIRS[i].2,
+                pct(stat(i, &|m| m.server_busy.map(|b| b * 100.0))),
+                pct(stat(i, &|m| Some(m.client_busy * 100.0)))
+            ));
+            thr = thr.val(c.name(), v);
+            ratio = ratio.val(c.name(), r);
+            cpu = cpu.val(c.name(), stat(i, &|m| m.server_cpu_us));
+        }
+        rows.push(thr.note(setup.clone()));
+        rows.push(ratio.target(">= 0.85", |r| r >= 0.85));
+        rows.push(cpu);
+    }
+    busy.insert(
+        0,
+        format!(
+            "busy: floor: server {}, load generator {}",
+            pct(stat(0, &|m| m.server_busy.map(|b| b * 100.0))),
+            pct(stat(0, &|m| Some(m.client_busy * 100.0)))
+        ),
+    );
+    if let Some(r) = rows.last_mut() {
+        r.note = busy.join("; ");
+    }
+    rows
+}
+
+/// `INFO commandstats`: calls per command.
+pub async fn command_calls(ctx: &Ctx) -> BenchResult<HashMap<String, u64>> {
+    let mut c = contender::connect(&ctx.client, Some(Duration::from_secs(10))).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await?;
+    let mut out = HashMap::new();
+    for line in info.lines() {
+        let Some((name, fields)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|r| r.split_once(':'))
+        else {
+            continue;
         };
-        rows.push(
-            Row::new(sc, case, "vs floor", "x")
-                .vals(ratio(&m, &floor), ratio(&b, &floor))
-                .target(">= 0.85", |r| r >= 0.85),
+        let calls = fields
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        out.insert(name.to_string(), calls);
+    }
+    Ok(out)
+}
+
+/// What one contender's clients did, one request at a time.
+#[derive(Clone)]
+struct Sequential {
+    grants_per_sec: f64,
+    server_cpu_us: Option<f64>,
+    commands_per_grant: f64,
+    client_cpu_us: Option<f64>,
+}
+
+async fn sequential(ctx: &Ctx, st: &Settings, c: Contender, mode: Mode) -> BenchResult<Sequential> {
+    let secs = st.s1_seq_secs;
+    let jobs = (0..st.s1_seq_clients)
+        .map(|i| Job {
+            record: false,
+            ..Job::repeat(
+                c,
+                ctx,
+                &format!("bench:s1b:{}:{}:{i}", c.name(), mode.word()),
+                mode,
+                0.0,
+                secs,
+                5.0,
+            )
+        })
+        .collect();
+    let mut ws = worker::start(ctx, c, jobs).await?;
+    let calls0 = command_calls(ctx).await?;
+    let cpu0 = ctx.server_pid.and_then(process_cpu);
+    let go = now() + 0.02;
+    for w in &ws {
+        w.go(go);
+    }
+    let reps = worker::finish(&mut ws, Duration::from_secs_f64(secs + 20.0)).await?;
+    let el = now() - go;
+    worker::end(ws).await;
+    let cpu = match (cpu0, ctx.server_pid.and_then(process_cpu)) {
+        (Some(a), Some(b)) => Some((b - a).as_secs_f64()),
+        _ => None,
+    };
+    let calls1 = command_calls(ctx).await?;
+    let calls: u64 = calls1
+        .iter()
+        .filter(|(k, _)| k.as_str() != "info")
+        .map(|(k, v)| v - calls0.get(k).copied().unwrap_or(0))
+        .sum();
+    let grants: u64 = reps.iter().map(|r| r.grants).sum();
+    if grants == 0 {
+        return Err("no grant".into());
+    }
+    let g = grants as f64;
+    let client_cpu: Option<f64> = reps.iter().map(|r| r.cpu_s).sum();
+    Ok(Sequential {
+        grants_per_sec: g / el,
+        server_cpu_us: cpu.map(|c| c * 1e6 / g),
+        commands_per_grant: calls as f64 / g,
+        client_cpu_us: client_cpu.map(|c| c * 1e6 / g),
+    })
+}
+
+/// The one-request-at-a-time part, for every contender in write and read mode: rounds of
+/// every kind, interleaved (a burst of other work then skews one round, not one contender);
+/// the median per kind.
+pub async fn run_sequential(ctx: &Ctx, st: &Settings) -> Vec<Row> {
+    let kinds: Vec<(Mode, Contender)> = [Mode::Write, Mode::Read]
+        .into_iter()
+        .flat_map(|m| Contender::ALL.into_iter().map(move |c| (m, c)))
+        .filter(|(m, c)| !(*c == Contender::Floor && *m == Mode::Read))
+        .collect();
+    let mut res: Vec<Result<Vec<Sequential>, String>> = vec![Ok(Vec::new()); kinds.len()];
+    for _ in 0..st.s1_seq_rounds {
+        for (i, (mode, c)) in kinds.iter().enumerate() {
+            if c.cannot(*mode).is_some() {
+                continue;
+            }
+            match (sequential(ctx, st, *c, *mode).await, &mut res[i]) {
+                (Ok(x), Ok(v)) => v.push(x),
+                (Err(e), r) => *r = Err(e.to_string()),
+                _ => {}
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for mode in [Mode::Write, Mode::Read] {
+        let case = format!(
+            "{} clients, {} lock + unlock on own keys, median of {} x {:.1} s",
+            st.s1_seq_clients,
+            mode.word(),
+            st.s1_seq_rounds,
+            st.s1_seq_secs
         );
-        rows.push(
-            Row::new(sc, case, "module / baseline", "x")
-                .vals(ratio(&m, &b), Val::Missing)
-                .module_target(">= 2.5", |r| r >= 2.5),
-        );
-        rows.push(
-            Row::new(sc, case, "server CPU per pair", "µs")
-                .vals(cpu(mi), cpu(bi))
-                .note(format!(
-                    "busy: server {} / {}, load generator {} / {} (module / baseline)",
-                    pct(busy(mi)),
-                    pct(busy(bi)),
-                    pct(cbusy(mi)),
-                    pct(cbusy(bi))
-                )),
-        );
+        let mut r = [
+            Row::new(SC_SEQ, &case, "grants/s", ""),
+            Row::new(SC_SEQ, &case, "server CPU per grant", "µs"),
+            Row::new(SC_SEQ, &case, "server commands per grant", ""),
+            Row::new(SC_SEQ, &case, "client CPU per grant", "µs"),
+        ];
+        let fields: [fn(&Sequential) -> Option<f64>; 4] = [
+            |m| Some(m.grants_per_sec),
+            |m| m.server_cpu_us,
+            |m| Some(m.commands_per_grant),
+            |m| m.client_cpu_us,
+        ];
+        for (i, (m, c)) in kinds.iter().enumerate() {
+            if *m != mode {
+                continue;
+            }
+            for (row, f) in r.iter_mut().zip(fields) {
+                let v = match c.cannot(mode) {
+                    Some(why) => Val::Cannot(why),
+                    None => Val::of(&res[i], |v| {
+                        let xs: Vec<f64> = v.iter().filter_map(f).collect();
+                        if xs.is_empty() {
+                            Val::Missing
+                        } else {
+                            Val::Num(median(&xs))
+                        }
+                    }),
+                };
+                if v != Val::Missing {
+                    *row = std::mem::take(row).val(c.name(), v);
+                }
+            }
+        }
+        let [a, b, cmds, d] = r;
+        rows.push(a);
+        rows.push(b.note("server CPU from /proc/PID/stat over the run, divided by the grants"));
+        rows.push(cmds.note("INFO commandstats calls per grant, INFO excluded and the calls Lua scripts make included: the server's work per lock + unlock"));
+        rows.push(d.note("the worker processes' own CPU time in the loop (Python peers only): what the client's language costs"));
     }
     rows
 }

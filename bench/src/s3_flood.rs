@@ -1,255 +1,169 @@
 //! Scenario 3: a writer under a reader flood. Eight readers hold the key in overlapping 20 ms
 //! holds (staggered starts; each asks again right after releasing), so the key is never free
-//! of readers. A writer then asks for the write lock; we measure how long it waits. Every
-//! trial starts a fresh, staggered flood on a fresh key (after a writer the module grants the
-//! queued readers together, which would leave them in step for the next trial), and the
-//! writer's arrival moves through one hold period over the trials.
+//! of readers; a writer then asks. How long does it wait? Every trial starts a fresh,
+//! staggered flood on a fresh key, and the writer's arrival moves through one hold period over
+//! the trials. Only contenders with a read mode can run it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::locks::{self, Imp, Mode};
-use crate::report::{Row, Val};
-use crate::{BenchResult, ChartData, Ctx, Settings};
+use crate::contender::{Contender, Mode};
+use crate::report::{percentile, Row, Val};
+use crate::worker::{self, now, Job};
+use crate::{BenchResult, Ctx, Settings};
+
+const SC: &str = "3 writer under reader flood";
 
 #[derive(Clone, Debug, Default)]
-pub struct Outcome {
+struct Outcome {
     /// Writer waits in ms; `None` for a trial where the writer was never served.
-    pub waits: Vec<Option<f64>>,
-    pub bound_ms: f64,
+    waits: Vec<Option<f64>>,
+    bound_ms: f64,
     /// The longest reader hold measured (grant to release sent), ms.
-    pub max_reader_hold_ms: f64,
-    pub reader_grants: u64,
+    max_reader_hold_ms: f64,
+    reader_grants: u64,
 }
 
-/// One flood of `readers` readers with staggered starts; the writer arrives after every
-/// reader holds, at a phase that moves with `trial`, and we take its wait.
-#[allow(clippy::too_many_arguments)]
-async fn one_trial(
+async fn trial(
     ctx: &Ctx,
-    imp: Imp,
-    conns: &mut Vec<redis::aio::MultiplexedConnection>,
-    writer: &mut redis::aio::MultiplexedConnection,
-    hold: Duration,
-    trial: usize,
-    trials: usize,
-    bound: Duration,
+    st: &Settings,
+    c: Contender,
+    t: usize,
     out: &mut Outcome,
 ) -> BenchResult<()> {
-    let key = format!("bench:s3:{}:{trial}", imp.name());
-    let ttl_ms = 10_000;
-    let readers = conns.len();
-    let stop = Arc::new(AtomicBool::new(false));
-    let max_hold = Arc::new(Mutex::new(0f64));
-    let t_start = Instant::now() + Duration::from_millis(5);
-    // Readers stop by themselves at the latest here, whatever happens.
-    let hard_stop = t_start + bound + hold * 4 + Duration::from_secs(5);
-    let mut tasks = Vec::new();
-    for (i, mut conn) in conns.drain(..).enumerate() {
-        let key = key.clone();
-        let scripts = ctx.scripts.clone();
-        let stop = stop.clone();
-        let max_hold = max_hold.clone();
-        let offset = hold * i as u32 / readers as u32;
-        tasks.push(tokio::spawn(async move {
-            let owner = locks::new_owner();
-            let mut grants = 0u64;
-            tokio::time::sleep_until((t_start + offset).into()).await;
-            while !stop.load(Ordering::Relaxed) && Instant::now() < hard_stop {
-                let deadline = (Instant::now() + Duration::from_secs(5)).min(hard_stop);
-                let ok = locks::acquire(
-                    imp,
-                    &mut conn,
-                    &scripts,
-                    Mode::Read,
-                    &key,
-                    &owner,
-                    ttl_ms,
-                    deadline,
-                )
-                .await;
-                match ok {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(e) => return (conn, Err(e)),
-                }
-                let g = Instant::now();
-                grants += 1;
-                locks::hold_until(g + hold).await;
-                let h = g.elapsed().as_secs_f64() * 1e3;
-                {
-                    let mut m = max_hold.lock().unwrap();
-                    *m = m.max(h);
-                }
-                if let Err(e) =
-                    locks::release(imp, &mut conn, &scripts, Mode::Read, &key, &owner, ttl_ms).await
-                {
-                    return (conn, Err(e));
-                }
-            }
-            (conn, BenchResult::Ok(grants))
-        }));
+    let key = format!("bench:s3:{}:{t}", c.name());
+    let hold = st.s3_hold.as_secs_f64();
+    let bound = st.s3_bound.as_secs_f64();
+    let n = st.s3_readers;
+    // The writer arrives once every reader holds (the last starts at 7/8 of a hold), at a
+    // phase that moves through one hold over the trials.
+    let arrive = 2.0 * hold + hold * t as f64 / st.s3_trials.max(1) as f64;
+    let hard = arrive + bound + 4.0 * hold + 3.0;
+    let readers = (0..n)
+        .map(|i| Job {
+            offset_s: hold * i as f64 / n as f64,
+            hard_s: hard,
+            ..Job::repeat(c, ctx, &key, Mode::Read, hold * 1e3, hard, 0.0)
+        })
+        .collect();
+    let writer = Job {
+        offset_s: arrive,
+        hold_ms: 2.0,
+        hard_s: arrive + bound + 0.5,
+        wait_s: bound,
+        ..Job::once(c, ctx, &key, Mode::Write, bound)
+    };
+    let mut rs = worker::start(ctx, c, readers).await?;
+    let mut w = worker::start(ctx, c, vec![writer]).await?;
+    let go = now() + 0.05;
+    for x in rs.iter().chain(&w) {
+        x.go(go);
     }
-    let writer_result: BenchResult<()> = async {
-        let owner = locks::new_owner();
-        // Every reader holds by now (the last started at 7/8 of a hold); the writer's arrival
-        // moves through one hold period over the trials.
-        let phase = hold * trial as u32 / trials.max(1) as u32;
-        tokio::time::sleep_until((t_start + hold * 2 + phase).into()).await;
-        let t0 = Instant::now();
-        let ok = locks::acquire(
-            imp,
-            writer,
-            &ctx.scripts,
-            Mode::Write,
-            &key,
-            &owner,
-            ttl_ms,
-            t0 + bound,
-        )
+    let wr = w[0]
+        .done(Duration::from_secs_f64(arrive + bound + 10.0))
         .await?;
-        if ok {
-            let waited = t0.elapsed();
-            out.waits.push(Some(waited.as_secs_f64() * 1e3));
-            locks::hold_until(t0 + waited + Duration::from_millis(2)).await;
-            locks::release(imp, writer, &ctx.scripts, Mode::Write, &key, &owner, ttl_ms).await?;
-        } else {
-            out.waits.push(None);
-        }
-        Ok(())
+    for r in &rs {
+        r.stop();
     }
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    let mut reader_err = None;
-    for t in tasks {
-        let (conn, r) = t.await?;
-        conns.push(conn);
-        match r {
-            Ok(g) => out.reader_grants += g,
-            Err(e) => reader_err = reader_err.or(Some(e)),
+    let reps = worker::finish(&mut rs, Duration::from_secs_f64(hard + 10.0)).await?;
+    worker::end(rs.into_iter().chain(w).collect()).await;
+    out.waits
+        .push(match (wr.asked.first(), wr.granted.first()) {
+            (Some(a), Some(Some(g))) => Some((g - a) * 1e3),
+            _ => None,
+        });
+    for r in reps {
+        out.reader_grants += r.grants;
+        for h in r.holds {
+            out.max_reader_hold_ms = out.max_reader_hold_ms.max(h * 1e3);
         }
     }
-    writer_result?;
-    if let Some(e) = reader_err {
-        return Err(e);
-    }
-    let m = *max_hold.lock().unwrap();
-    out.max_reader_hold_ms = out.max_reader_hold_ms.max(m);
     Ok(())
 }
 
-pub async fn measure(
-    ctx: &Ctx,
-    imp: Imp,
-    readers: usize,
-    hold: Duration,
-    trials: usize,
-    bound: Duration,
-) -> BenchResult<Outcome> {
-    let mut conns = Vec::new();
-    for _ in 0..readers {
-        conns.push(locks::connect(&ctx.client, None).await?);
-    }
-    let mut writer = locks::connect(&ctx.client, None).await?;
+async fn measure(ctx: &Ctx, st: &Settings, c: Contender) -> BenchResult<Outcome> {
     let mut out = Outcome {
-        bound_ms: bound.as_secs_f64() * 1e3,
+        bound_ms: st.s3_bound.as_secs_f64() * 1e3,
         ..Default::default()
     };
-    for trial in 0..trials {
-        one_trial(
-            ctx,
-            imp,
-            &mut conns,
-            &mut writer,
-            hold,
-            trial,
-            trials,
-            bound,
-            &mut out,
-        )
-        .await?;
+    for t in 0..st.s3_trials {
+        trial(ctx, st, c, t, &mut out).await?;
     }
     Ok(out)
 }
 
-pub async fn run(ctx: &Ctx, st: &Settings, chart: &mut ChartData) -> Vec<Row> {
-    let hold = st.s3_hold;
-    let mut res = Vec::new();
-    for imp in Imp::BOTH {
-        res.push(
-            measure(ctx, imp, st.s3_readers, hold, st.s3_trials, st.s3_bound)
-                .await
-                .map_err(|e| e.to_string()),
-        );
+impl Outcome {
+    fn stat(&self, max: bool) -> Val {
+        let unserved = self.waits.iter().filter(|w| w.is_none()).count();
+        let mut w: Vec<f64> = self
+            .waits
+            .iter()
+            .map(|w| w.unwrap_or(self.bound_ms))
+            .collect();
+        w.sort_by(f64::total_cmp);
+        let x = if max {
+            w.last().copied().unwrap_or(f64::NAN)
+        } else {
+            percentile(&w, 50.0)
+        };
+        if (max && unserved > 0) || unserved * 2 >= w.len() {
+            Val::AtLeast(x)
+        } else {
+            Val::Num(x)
+        }
     }
-    let sc = "3 writer under reader flood";
+}
+
+pub async fn run(ctx: &Ctx, st: &Settings) -> Vec<Row> {
     let case = format!(
         "{} readers, {} ms holds, {} trials",
         st.s3_readers,
-        hold.as_millis(),
+        st.s3_hold.as_millis(),
         st.s3_trials
     );
-    let stat = |r: &Result<Outcome, String>, max: bool| -> Val {
-        match r {
-            Err(e) => Val::Text(format!("error: {e}")),
-            Ok(o) if o.waits.is_empty() => Val::Missing,
-            Ok(o) => {
-                if o.waits.iter().any(Option::is_none) && max {
-                    return Val::AtLeast(o.bound_ms);
-                }
-                let mut w: Vec<f64> = o.waits.iter().map(|w| w.unwrap_or(o.bound_ms)).collect();
-                w.sort_by(f64::total_cmp);
-                let x = if max {
-                    *w.last().unwrap()
-                } else {
-                    crate::report::percentile(&w, 50.0)
-                };
-                if o.waits.iter().filter(|w| w.is_none()).count() * 2 >= o.waits.len() && !max {
-                    Val::AtLeast(x)
-                } else {
-                    Val::Num(x)
-                }
-            }
-        }
+    let mut res = Vec::new();
+    for c in Contender::LOCKS {
+        let o = match c.cannot(Mode::Read) {
+            Some(why) => Err(Val::Cannot(why)),
+            None => measure(ctx, st, c)
+                .await
+                .map_err(|e| Val::Error(e.to_string())),
+        };
+        res.push((c, o));
+    }
+    let row = |metric: &str, f: &dyn Fn(&Outcome) -> Val| {
+        res.iter()
+            .fold(Row::new(SC, &case, metric, "ms"), |r, (c, o)| {
+                r.val(c.name(), o.as_ref().map_or_else(|e| e.clone(), f))
+            })
     };
-    // The longest reader hold the writer can queue behind, plus 1 ms for the release to reach
-    // the server and the grant to come back.
-    let reader_hold = match &res[0] {
-        Ok(o) if o.max_reader_hold_ms > 0.0 => o.max_reader_hold_ms,
-        _ => hold.as_secs_f64() * 1e3,
+    // Each contender is judged against the longest reader hold it let its writer queue behind,
+    // plus 1 ms for the release to reach the server and the grant to come back.
+    let limit = |who: &str| {
+        res.iter()
+            .find(|(c, _)| c.name() == who)
+            .and_then(|(_, o)| o.as_ref().ok())
+            .map_or(st.s3_hold.as_secs_f64() * 1e3, |o| o.max_reader_hold_ms)
+            + 1.0
     };
-    let limit = reader_hold + 1.0;
-    let (m, b) = (stat(&res[0], true), stat(&res[1], true));
-    chart.s34.push((
-        "writer wait under reader flood (max)".into(),
-        m.clone(),
-        b.clone(),
-        limit,
-    ));
-    let detail = |r: &Result<Outcome, String>| match r {
-        Ok(o) => format!(
-            "{} of {} trials served, reader grants {}, longest reader hold {:.2} ms",
-            o.waits.iter().filter(|w| w.is_some()).count(),
-            o.waits.len(),
-            o.reader_grants,
-            o.max_reader_hold_ms
-        ),
-        Err(_) => "-".into(),
-    };
+    let detail: Vec<String> = res
+        .iter()
+        .filter_map(|(c, o)| {
+            o.as_ref().ok().map(|o| {
+                format!(
+                    "{}: {} of {} served, {} reader grants, longest reader hold {:.2} ms",
+                    c.name(),
+                    o.waits.iter().filter(|w| w.is_some()).count(),
+                    o.waits.len(),
+                    o.reader_grants,
+                    o.max_reader_hold_ms
+                )
+            })
+        })
+        .collect();
     vec![
-        Row::new(sc, &case, "writer wait p50", "ms")
-            .vals(stat(&res[0], false), stat(&res[1], false)),
-        Row::new(sc, &case, "writer wait max", "ms")
-            .vals(m, b)
-            .target(
-                &format!("<= longest reader hold + 1 ms = {limit:.1} ms"),
-                |x| x <= limit,
-            )
-            .note(format!(
-                "module: {}; baseline: {}",
-                detail(&res[0]),
-                detail(&res[1])
-            )),
+        row("writer wait p50", &|o| o.stat(false)),
+        row("writer wait max", &|o| o.stat(true))
+            .target_by("<= longest reader hold + 1 ms", |who, x| x <= limit(who))
+            .note(detail.join("; ")),
     ]
 }

@@ -1,14 +1,15 @@
-//! Runs the whole harness in smoke mode (a few hundred operations per scenario, its own
-//! redis-server with the module on 127.0.0.1) and checks that it produced a table with every
-//! scenario, figures for both implementations, a judged target in every scenario, and the
-//! four output files.
+//! Runs the whole harness in smoke mode (a few operations per scenario and contender, its own
+//! redis-server with the module on 127.0.0.1, the Python peers from the bench's venv) and
+//! checks that every scenario has a figure for every contender that can run it and a
+//! "cannot" for the ones that cannot, that no figure is an error, that targets are judged,
+//! and that the three output files are written.
 
 use std::time::{Duration, Instant};
 
-use redis_lease_bench::{run, Config, Mode, Val};
+use redis_lease_bench::{run, Config, Contender, Mode, Val};
 
 #[test]
-fn smoke_run_produces_every_scenario_for_both_implementations() {
+fn smoke_run_measures_every_contender_in_every_scenario_it_supports() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = Config {
         out: dir.path().to_path_buf(),
@@ -19,24 +20,21 @@ fn smoke_run_produces_every_scenario_for_both_implementations() {
     let report = run(&cfg).expect("the harness runs");
     let took = t.elapsed();
     report.write(dir.path()).expect("results written");
-    let text = report.text();
-    println!("{text}");
-    assert!(took < Duration::from_secs(60), "smoke mode took {took:?}");
+    let md = report.markdown();
+    println!("{md}");
+    assert!(took < Duration::from_secs(150), "smoke mode took {took:?}");
 
-    // No figure may be an error (module or harness failure).
     let errors: Vec<String> = report
         .rows
         .iter()
         .flat_map(|r| {
-            [&r.module, &r.baseline]
-                .into_iter()
-                .filter_map(|v| match v {
-                    Val::Text(t) if t.starts_with("error") => {
-                        Some(format!("{} / {} / {}: {t}", r.scenario, r.case, r.metric))
-                    }
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
+            r.vals.iter().filter_map(move |(who, v)| match v {
+                Val::Error(e) => Some(format!(
+                    "{} / {} / {} / {who}: {e}",
+                    r.scenario, r.case, r.metric
+                )),
+                _ => None,
+            })
         })
         .collect();
     assert!(
@@ -45,39 +43,72 @@ fn smoke_run_produces_every_scenario_for_both_implementations() {
         errors.join("\n")
     );
 
-    for n in 1..=5 {
-        let rows: Vec<_> = report
+    let in_scenario = |n: &'static str| {
+        report
             .rows
             .iter()
-            .filter(|r| r.scenario.starts_with(&format!("{n} ")))
-            .collect();
-        assert!(!rows.is_empty(), "scenario {n} missing from the table");
+            .filter(move |r| r.scenario.starts_with(n))
+    };
+    let measured =
+        |n: &'static str, who: Contender| in_scenario(n).any(|r| r.get(who.name()).num().is_some());
+    let cannot = |n: &'static str, who: Contender| {
+        in_scenario(n).any(|r| matches!(r.get(who.name()), Val::Cannot(_)))
+    };
+    for n in ["1a", "1b", "2", "3", "4", "5"] {
+        assert!(in_scenario(n).count() > 0, "scenario {n} missing");
+        // 1b is information: the client's language sets its pace.
         assert!(
-            rows.iter().any(|r| r.module.num().is_some()),
-            "scenario {n} has no module figure"
-        );
-        assert!(
-            rows.iter().any(|r| r.baseline.num().is_some()),
-            "scenario {n} has no baseline figure"
-        );
-        assert!(
-            rows.iter()
-                .any(|r| !r.target.is_empty() && r.module_met.is_some()),
-            "scenario {n} judges no target"
+            n == "1b"
+                || in_scenario(n).any(|r| !r.target.is_empty() && r.met_by("module").is_some()),
+            "scenario {n} judges no target for the module"
         );
     }
-    assert!(report.machine.nproc >= 1);
-    assert!(!report.machine.redis_version.is_empty());
+    for c in Contender::LOCKS {
+        for n in ["1b", "2", "4"] {
+            assert!(
+                measured(n, c),
+                "scenario {n} has no figure for {}",
+                c.name()
+            );
+        }
+        let reads = c.caps().read_mode;
+        assert_eq!(measured("3", c), reads, "scenario 3 and {}", c.name());
+        assert_eq!(
+            cannot("3", c),
+            !reads,
+            "scenario 3 marks {} as unable",
+            c.name()
+        );
+    }
+    assert!(measured("1a", Contender::Floor) && measured("1a", Contender::Seed));
+    // Every in-process and Python contender's server-side cost is measured.
+    let cpu = report
+        .rows
+        .iter()
+        .find(|r| r.scenario.starts_with("1b") && r.metric == "server CPU per grant")
+        .expect("server CPU per grant");
+    for c in Contender::ALL {
+        assert!(
+            cpu.get(c.name()).num().is_some(),
+            "no server CPU per grant for {}",
+            c.name()
+        );
+    }
 
-    for f in ["results.csv", "results.md", "results.txt", "chart.svg"] {
-        let p = dir.path().join(f);
-        let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    for f in ["results.csv", "results.md", "chart.svg"] {
+        let s = std::fs::read_to_string(dir.path().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(!s.is_empty(), "{f} is empty");
     }
     let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
-    assert!(csv.contains(",module,") && csv.contains(",baseline,"));
-    let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
-    assert!(md.contains("| scenario | case | metric | module | baseline | target |"));
+    assert!(csv.starts_with(redis_lease_bench::report::CSV_HEAD));
+    for c in Contender::ALL {
+        assert!(
+            csv.contains(&format!(",{},", c.name())),
+            "{} not in the CSV",
+            c.name()
+        );
+    }
+    assert!(md.contains("| case | metric | floor | module | seed |"));
     let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("redis-lease module"));
+    assert!(svg.starts_with("<svg") && svg.contains("python-redis-lock") && svg.contains("n/a"));
 }

@@ -377,13 +377,29 @@ pub(crate) async fn watchdog(
             Renewal::Renewed(sent) => {
                 last_sent = sent;
                 valid_until = timing.valid_until(sent);
-                tx.send_replace(LeaseStatus::Held { valid_until });
+                // A loss published by someone else (a FENCED answer) is final.
+                let still_held = tx.send_if_modified(|s| match s {
+                    LeaseStatus::Held { .. } => {
+                        *s = LeaseStatus::Held { valid_until };
+                        true
+                    }
+                    _ => false,
+                });
+                if !still_held {
+                    return LossReason::Revoked;
+                }
             }
             Renewal::Lost(r) => break r,
             Renewal::Unreplicated { .. } => break LossReason::NotReplicated,
         }
     };
-    tx.send_replace(LeaseStatus::Lost(reason));
+    tx.send_if_modified(|s| match s {
+        LeaseStatus::Held { .. } => {
+            *s = LeaseStatus::Lost(reason);
+            true
+        }
+        _ => false,
+    });
     reason
 }
 

@@ -36,7 +36,7 @@ pub struct LockOptions {
     /// connection. A grant that too few acknowledged is released and asked for again within
     /// the caller's deadline, then reported as [`Error::NotReplicated`](crate::Error::NotReplicated);
     /// a renewal that too few acknowledged does not extend the lease's validity bound, and a
-    /// lease whose bound passes that way is lost with [`LossReason::NotReplicated`].
+    /// lease whose bound passes that way is lost with [`LossReason::NotReplicated`](crate::LossReason::NotReplicated).
     pub replicas: u32,
     /// How long each `WAIT` for replicas may take (default 1 s).
     pub replica_timeout: Duration,

@@ -1,7 +1,7 @@
 //! The I/O around the acquisition state machine ([`crate::acquire`]): it performs each step
 //! the machine asks for, for any kind of hold that answers a token or nil and shows the
-//! owner's hold in an INFO reply. The lock ([`crate::RwLock`]) is one [`Shell`]; a semaphore
-//! (`SEMAPHORE.ACQUIRE` / `SEMAPHORE.INFO`) can be another.
+//! owner's hold in an INFO reply. The lock ([`crate::RwLock`]) is one [`Shell`], the
+//! semaphore ([`crate::Semaphore`]: `SEMAPHORE.ACQUIRE` / `SEMAPHORE.INFO`) another.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,12 @@ pub(crate) trait Shell {
     fn acquire_cmd(&self) -> Cmd;
     /// The owner's hold, from the kind's INFO command.
     async fn read_hold(&self) -> Result<Option<HoldView>, Failure>;
+    /// The owner's hold before the first attempt (a caller-chosen owner's). Where grants of
+    /// one owner do not add up (one hold per owner), none: a hold INFO shows after a lost
+    /// reply is then the very one a retry would be answered, and is adopted.
+    async fn read_baseline(&self) -> Result<Option<HoldView>, Failure> {
+        self.read_hold().await
+    }
     /// Gives back a grant that will not become a guard (best effort: it lapses otherwise).
     async fn give_back(&self, sweep: bool);
 }
@@ -62,7 +68,7 @@ pub(crate) async fn drive(
         cleanup.set_armed(m.needs_cleanup());
         step = match step {
             Step::ReadBaseline => {
-                let read = shell.read_hold().await;
+                let read = shell.read_baseline().await;
                 m.on_baseline(Instant::now(), read)
             }
             Step::ReadInfo => {

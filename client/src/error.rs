@@ -42,6 +42,32 @@ pub enum Error {
     #[error("the lock key was deleted while waiting: {0}")]
     LockGone(String),
 
+    /// `LEASE.EXEC` ran nothing: the hold with the guard's token is not live on the server (it
+    /// lapsed, was released or revoked, the key was deleted, or the token is a read hold's).
+    /// The text is the server's (`FENCED ...`). Never retried.
+    #[error("fenced: {0}")]
+    Fenced(String),
+
+    /// The semaphore exists with another limit than the one asked for (a request must name the
+    /// key's limit while it exists). Nothing changed.
+    #[error("the semaphore's limit is {limit}, the request named {asked}")]
+    LimitMismatch {
+        /// The existing key's limit.
+        limit: u32,
+        /// The limit the request named.
+        asked: u32,
+    },
+
+    /// The owner already holds permits of this semaphore, another number than asked for (one
+    /// hold per owner: release it first). Nothing changed.
+    #[error("the owner holds {held} permit(s) of the semaphore, the request asked for {asked}")]
+    PermitsMismatch {
+        /// How many permits the owner holds.
+        held: u32,
+        /// How many the request asked for.
+        asked: u32,
+    },
+
     /// Only transient failures were seen until the deadline or the retry budget ran out.
     #[error("redis unavailable after {attempts} attempts over {elapsed:?}: {last}")]
     Unavailable {
@@ -127,6 +153,17 @@ pub enum InvalidArgument {
         floor: Duration,
         /// The ttl.
         ttl: Duration,
+    },
+    /// A semaphore limit outside 1 to 2^31-1.
+    #[error("the semaphore limit {0} is not from 1 to 2147483647")]
+    Limit(u32),
+    /// A number of permits outside 1 to the semaphore's limit.
+    #[error("permits must be from 1 to the limit {limit}, not {permits}")]
+    Permits {
+        /// The permits asked for.
+        permits: u32,
+        /// The semaphore's limit.
+        limit: u32,
     },
     /// A lock mode other than `read` or `write`.
     #[error("unknown lock mode {0:?} (read or write)")]

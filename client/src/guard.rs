@@ -1,15 +1,17 @@
-//! A held lock ([`LockGuard`]), its upgrade and downgrade, and releasing holds.
+//! A held lock ([`LockGuard`]), its upgrade and downgrade, and giving holds back.
 
 use std::fmt;
 use std::time::Instant;
 
+use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::acquire::Wait;
 use crate::client::Client;
 use crate::drive::Held;
-use crate::lease::{self, LeaseStatus};
+use crate::exec;
+use crate::held::Lease;
+use crate::lease::LeaseStatus;
 use crate::lock::RwLock;
 use crate::lock_info::LockMode;
 use crate::reply;
@@ -19,14 +21,43 @@ use crate::{Error, LossReason, Result};
 /// How many holds of an owner to give back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Release {
-    /// `RWLOCK.UNLOCK` until the server answers 0 (at most 64 times): every hold of an owner
-    /// that is ours alone, including a surplus one a lost reply may have left.
+    /// Release until the server answers 0 (at most 64 times): every hold of an owner that is
+    /// ours alone, including a surplus one a lost reply may have left.
     Sweep,
-    /// At most this many `RWLOCK.UNLOCK`s (each gives back one hold, the write hold first).
+    /// At most this many releases (an `RWLOCK.UNLOCK` gives back one hold, the write hold
+    /// first; a `SEMAPHORE.RELEASE` all of the owner's permits).
     Times(u32),
 }
 
-/// Gives back holds of `owner` on `key`; answers how many were released.
+/// `RWLOCK.UNLOCK key owner`.
+pub(crate) fn unlock_cmd(key: &str, owner: &str) -> Cmd {
+    redis::cmd("RWLOCK.UNLOCK").arg(key).arg(owner).to_owned()
+}
+
+/// Sends `cmd` (a release that answers 1 or 0) as `how` says; answers how many it released.
+pub(crate) async fn give_back(
+    client: &Client,
+    cmd: &Cmd,
+    policy: RetryPolicy,
+    how: Release,
+) -> Result<u64> {
+    let times = match how {
+        Release::Sweep => 64,
+        Release::Times(n) => n,
+    };
+    let mut released = 0;
+    for _ in 0..times {
+        let v = client.query_retry(cmd, None, policy).await?;
+        match reply::int(&v) {
+            Some(1) => released += 1,
+            Some(0) => break,
+            _ => return Err(Error::Protocol(format!("a release answered {v:?}"))),
+        }
+    }
+    Ok(released)
+}
+
+/// Gives back holds of `owner` on the lock `key`; answers how many were released.
 pub(crate) async fn unlock(
     client: &Client,
     key: &str,
@@ -34,40 +65,32 @@ pub(crate) async fn unlock(
     policy: RetryPolicy,
     how: Release,
 ) -> Result<u64> {
-    let cmd = redis::cmd("RWLOCK.UNLOCK").arg(key).arg(owner).to_owned();
-    let times = match how {
-        Release::Sweep => 64,
-        Release::Times(n) => n,
-    };
-    let mut released = 0;
-    for _ in 0..times {
-        let v = client.query_retry(&cmd, None, policy).await?;
-        match reply::int(&v) {
-            Some(1) => released += 1,
-            Some(0) => break,
-            _ => return Err(Error::Protocol(format!("RWLOCK.UNLOCK answered {v:?}"))),
-        }
-    }
-    Ok(released)
+    give_back(client, &unlock_cmd(key, owner), policy, how).await
 }
 
 /// Releases what an interrupted acquisition may have left behind (a request cancelled or
 /// failed while its outcome was unknown), in the background, when armed.
 pub(crate) struct InflightCleanup {
     client: Client,
-    key: String,
-    owner: String,
+    release: Cmd,
+    how: Release,
     armed: bool,
 }
 
 impl InflightCleanup {
-    pub(crate) fn new(client: &Client, key: &str, owner: &str) -> Self {
+    /// A cleanup that sends `release` as `how` says.
+    pub(crate) fn new(client: &Client, release: Cmd, how: Release) -> Self {
         InflightCleanup {
             client: client.clone(),
-            key: key.to_string(),
-            owner: owner.to_string(),
+            release,
+            how,
             armed: false,
         }
+    }
+
+    /// A lock's cleanup: `RWLOCK.UNLOCK` until 0.
+    pub(crate) fn unlock(client: &Client, key: &str, owner: &str) -> Self {
+        InflightCleanup::new(client, unlock_cmd(key, owner), Release::Sweep)
     }
 
     pub(crate) fn set_armed(&mut self, armed: bool) {
@@ -82,17 +105,10 @@ impl Drop for InflightCleanup {
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
-            let key = std::mem::take(&mut self.key);
-            let owner = std::mem::take(&mut self.owner);
+            let cmd = std::mem::replace(&mut self.release, Cmd::new());
+            let how = self.how;
             handle.spawn(async move {
-                let _ = unlock(
-                    &client,
-                    &key,
-                    &owner,
-                    RetryPolicy::default(),
-                    Release::Sweep,
-                )
-                .await;
+                let _ = give_back(&client, &cmd, RetryPolicy::default(), how).await;
             });
         }
     }
@@ -137,8 +153,7 @@ pub struct LockGuard {
     /// How many holds of the owner this guard stands for: 2 after an upgrade (the read hold
     /// stays under the write hold).
     holds: u32,
-    status: watch::Receiver<LeaseStatus>,
-    watchdog: Option<JoinHandle<LossReason>>,
+    lease: Lease,
 }
 
 impl fmt::Debug for LockGuard {
@@ -148,7 +163,7 @@ impl fmt::Debug for LockGuard {
             .field("owner", &self.owner)
             .field("mode", &self.mode)
             .field("token", &self.token)
-            .field("status", &*self.status.borrow())
+            .field("status", &self.lease.status())
             .finish()
     }
 }
@@ -159,8 +174,7 @@ impl LockGuard {
         owner: String,
         mode: LockMode,
         held: Held,
-        status: watch::Receiver<LeaseStatus>,
-        watchdog: JoinHandle<LossReason>,
+        lease: Lease,
     ) -> LockGuard {
         LockGuard {
             lock,
@@ -169,8 +183,7 @@ impl LockGuard {
             mode,
             token: held.token,
             holds: 1,
-            status,
-            watchdog: Some(watchdog),
+            lease,
         }
     }
 
@@ -217,12 +230,7 @@ impl LockGuard {
     /// # fn f(g: &redis_lease_client::LockGuard) { if !g.status().is_held() { /* stop */ } }
     /// ```
     pub fn status(&self) -> LeaseStatus {
-        match *self.status.borrow() {
-            LeaseStatus::Held { valid_until } if valid_until <= Instant::now() => {
-                LeaseStatus::Lost(LossReason::Expired)
-            }
-            s => s,
-        }
+        self.lease.status()
     }
 
     /// Whether the lease is certainly still valid right now.
@@ -240,10 +248,7 @@ impl LockGuard {
     /// # fn f(g: &redis_lease_client::LockGuard) { println!("{:?}", g.valid_until()); }
     /// ```
     pub fn valid_until(&self) -> Option<Instant> {
-        match self.status() {
-            LeaseStatus::Held { valid_until } => Some(valid_until),
-            _ => None,
-        }
+        self.lease.valid_until()
     }
 
     /// `Ok(())` while the lease is held, [`Error::LeaseLost`] after: a check to make before each
@@ -255,11 +260,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        match self.status() {
-            LeaseStatus::Held { .. } => Ok(()),
-            LeaseStatus::Lost(r) => Err(Error::LeaseLost(r)),
-            LeaseStatus::Released => Err(Error::LeaseLost(LossReason::Revoked)),
-        }
+        self.lease.check()
     }
 
     /// A watch of the lease status (each renewal publishes the new bound; the loss publishes
@@ -274,7 +275,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn status_watch(&self) -> watch::Receiver<LeaseStatus> {
-        self.status.clone()
+        self.lease.watch()
     }
 
     /// Resolves when the lease is lost (never, while it is renewed).
@@ -285,13 +286,47 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
-        let mut rx = self.status.clone();
-        async move {
-            match lease::wait_lost(&mut rx).await {
-                LeaseStatus::Lost(r) => r,
-                _ => LossReason::Revoked,
-            }
+        self.lease.lost()
+    }
+
+    /// Runs `cmd` inside Redis only while this guard's **write** hold is live, atomically
+    /// with the check (`LEASE.EXEC key token cmd...`), as the connection's user (ACL applies),
+    /// and answers its reply. If the hold is not live (it lapsed, was revoked or released; or
+    /// this is a read guard: a read hold does not fence writes) the server runs nothing and
+    /// answers `FENCED`: that is [`Error::Fenced`], and a write guard then reports its lease
+    /// lost ([`LossReason::Revoked`]).
+    ///
+    /// The server's check is the one that counts: `exec` does not look at the local status
+    /// first. It is retried only where the command certainly did not run (a refused
+    /// connection, `LOADING`, `READONLY`, ...); after a lost reply it fails with
+    /// [`Error::Unavailable`] and the command may or may not have run. In a Redis Cluster the
+    /// command's keys must hash to the lock key's slot (use a hash tag: `{order:42}` and
+    /// `{order:42}:data`), else the server answers `CROSSSLOT` and runs nothing; the cluster
+    /// client may resend a request after a reconnect by itself, so prefer idempotent commands
+    /// there. Blocking commands, `MULTI`, scripts and the module's own commands are refused.
+    ///
+    /// ```no_run
+    /// # async fn f(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+    /// let g = lock.write().await?;
+    /// let n: i64 = g.exec(redis::cmd("INCR").arg("{orders}:count")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let client = self.lock.client();
+        let deadline = exec::deadline(self.valid_until(), client.command_timeout());
+        let out = exec::exec(
+            client,
+            self.key(),
+            self.token,
+            cmd,
+            deadline,
+            self.lock.options().retry,
+        )
+        .await;
+        if matches!(out, Err(Error::Fenced(_))) && self.mode == LockMode::Write {
+            self.lease.revoke();
         }
+        out
     }
 
     /// Upgrades a read guard to the write lock, waiting as `wait` says, without giving up the
@@ -317,7 +352,7 @@ impl LockGuard {
         self.check()?;
         let acks = self.lock.options().acks();
         // Never swept on interruption: that would give back the read hold too.
-        let mut cleanup = InflightCleanup::new(self.lock.client(), self.key(), &self.owner);
+        let mut cleanup = InflightCleanup::unlock(self.lock.client(), self.key(), &self.owner);
         match self
             .lock
             .drive(
@@ -362,7 +397,7 @@ impl LockGuard {
         if self.holds < 2 {
             // Take the read hold under the write hold (granted at once: a reentrant request
             // of the holder). It adds no exclusivity, so no replica acknowledgement is needed.
-            let mut cleanup = InflightCleanup::new(self.lock.client(), self.key(), &self.owner);
+            let mut cleanup = InflightCleanup::unlock(self.lock.client(), self.key(), &self.owner);
             self.lock
                 .drive(
                     LockMode::Read,
@@ -399,9 +434,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<bool> {
-        if let Some(w) = self.watchdog.take() {
-            w.abort();
-        }
+        self.lease.stop();
         let n = unlock(
             self.lock.client(),
             self.lock.key(),
@@ -424,10 +457,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(w) = self.watchdog.take() else {
+        if !self.lease.stop() {
             return;
-        };
-        w.abort();
+        }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let lock = self.lock.clone();
             let owner = std::mem::take(&mut self.owner);

@@ -564,6 +564,31 @@ impl Election {
         }
     }
 
+    /// Runs `cmd` inside Redis only while this candidate's term is the election's current
+    /// one, atomically with the check (`LEASE.EXEC key term cmd...`), and answers its reply;
+    /// see [`LockGuard::exec`](crate::LockGuard::exec). It is sent with the term of the
+    /// current (or else the last) leadership: the server's check decides. A candidate that
+    /// never led gets [`Error::Fenced`] without a request; so does one whose term has ended
+    /// (the campaign notices the loss by itself at its next renewal). In a Redis Cluster the
+    /// command's keys must hash to the election key's slot.
+    ///
+    /// ```no_run
+    /// # async fn f(e: &redis_lease_client::Election) -> redis_lease_client::Result<()> {
+    /// let runs: i64 = e.exec(redis::cmd("INCR").arg("{scheduler}:runs")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn exec<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let l = self.leadership();
+        let Some(term) = l.term else {
+            return Err(Error::Fenced(
+                "FENCED this candidate has not been elected".into(),
+            ));
+        };
+        let e = &self.elector;
+        let deadline = crate::exec::deadline(l.valid_until, e.client.command_timeout());
+        crate::exec::exec(&e.client, &e.key, term, cmd, deadline, e.opts.retry).await
+    }
+
     /// Stops campaigning (and leading), then sends `LEADER.RESIGN` so that the next candidate
     /// takes over at once. Answers whether this candidate was the leader.
     ///

@@ -303,9 +303,10 @@ pub(crate) async fn renew_once(
     valid_until: Instant,
     policy: RetryPolicy,
 ) -> Renewal {
-    let stop = valid_until
-        .checked_sub(Duration::from_millis(1))
-        .unwrap_or(valid_until);
+    // A few ms ahead (at most 5 ms, a quarter of what is left): the last try's reply limit
+    // ends there, and the watchdog still has time to publish the reason on a busy machine.
+    let left = valid_until.saturating_duration_since(Instant::now());
+    let stop = valid_until - (left / 4).min(Duration::from_millis(5));
     let mut backoff = Backoff::new_now(policy);
     // Replicas that acknowledged the last renewal the server granted, if too few.
     let mut short: Option<u32> = None;
@@ -377,13 +378,29 @@ pub(crate) async fn watchdog(
             Renewal::Renewed(sent) => {
                 last_sent = sent;
                 valid_until = timing.valid_until(sent);
-                tx.send_replace(LeaseStatus::Held { valid_until });
+                // A loss published by someone else (a FENCED answer) is final.
+                let still_held = tx.send_if_modified(|s| match s {
+                    LeaseStatus::Held { .. } => {
+                        *s = LeaseStatus::Held { valid_until };
+                        true
+                    }
+                    _ => false,
+                });
+                if !still_held {
+                    return LossReason::Revoked;
+                }
             }
             Renewal::Lost(r) => break r,
             Renewal::Unreplicated { .. } => break LossReason::NotReplicated,
         }
     };
-    tx.send_replace(LeaseStatus::Lost(reason));
+    tx.send_if_modified(|s| match s {
+        LeaseStatus::Held { .. } => {
+            *s = LeaseStatus::Lost(reason);
+            true
+        }
+        _ => false,
+    });
     reason
 }
 

@@ -1,16 +1,22 @@
 //! Rust client for **redis-lease**, the Redis module that gives Redis native distributed
-//! read-write locks (`RWLOCK.*`) and leader election (`LEADER.*`), each holder with its own
-//! lease and a fencing token.
+//! read-write locks (`RWLOCK.*`), leader election (`LEADER.*`) and fair counting semaphores
+//! (`SEMAPHORE.*`), each holder with its own lease and a fencing token, and writes fenced by the
+//! server itself (`LEASE.EXEC`).
 //!
 //! * [`RwLock`]: `read`, `write`, `try_*`, `*_timeout`; the [`LockGuard`] exposes the fencing
 //!   token, renews its lease in the background, signals **lease lost** before the server
 //!   could grant the lock to anyone else, and upgrades or downgrades without letting go.
+//! * [`Semaphore`]: at most `limit` permits held at once, waiters served strictly in arrival
+//!   order; the [`SemaphoreGuard`] renews, signals loss and releases as a lock guard does.
+//! * `exec` on [`LockGuard::exec`], [`SemaphoreGuard::exec`] and [`Election::exec`]: a command
+//!   run inside Redis only while the hold is live (`LEASE.EXEC`), else [`Error::Fenced`].
 //! * [`LeaderElector`] / [`Election`]: campaign, renew, step down, resign; leadership as a
 //!   watch of [`Leadership`]. [`LeaderObserver`] reports who leads and every change, through
 //!   keyspace notifications (no polling).
 //! * [`Client`]: one server (through a [`redis::aio::ConnectionManager`]), the master of a
 //!   Sentinel group (`redis+sentinel://`, following failovers), or a Redis Cluster;
-//!   [`Client::rwlock`] and [`Client::elector`] make locks and candidates.
+//!   [`Client::rwlock`], [`Client::semaphore`] and [`Client::elector`] make locks, semaphores
+//!   and candidates.
 //! * [`blocking::Client`]: the same API for non-async programs (it drives the async one on a
 //!   small runtime of its own).
 //!
@@ -68,13 +74,18 @@ pub mod blocking;
 mod client;
 mod drive;
 mod error;
+mod exec;
 mod guard;
+mod held;
 mod leader;
 mod lease;
 mod lock;
 mod lock_info;
 mod reply;
 mod retry;
+mod semaphore;
+mod semaphore_guard;
+mod semaphore_info;
 mod sentinel_url;
 
 pub use acquire::Wait;
@@ -89,3 +100,6 @@ pub use lease::{LeaseStatus, LeaseTiming, LossReason};
 pub use lock::{LockOptions, RwLock};
 pub use lock_info::{Holder, LockInfo, LockMode};
 pub use retry::RetryPolicy;
+pub use semaphore::Semaphore;
+pub use semaphore_guard::SemaphoreGuard;
+pub use semaphore_info::{SemaphoreHolder, SemaphoreInfo};

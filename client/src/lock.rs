@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use redis::Cmd;
-use tokio::sync::watch;
 
 use crate::acquire::{HoldView, Wait};
 use crate::client::Client;
 use crate::drive::{self, Held, Shell};
 use crate::guard::{unlock, InflightCleanup, LockGuard, Release};
-use crate::lease::{self, Acks, LeaseStatus, LeaseTiming, Renewer};
+use crate::held::Lease;
+use crate::lease::{Acks, LeaseTiming, Renewer};
 use crate::lock_info::{LockInfo, LockMode};
 use crate::retry::{classify, Failure, RetryPolicy};
 use crate::Result;
@@ -36,7 +36,7 @@ pub struct LockOptions {
     /// connection. A grant that too few acknowledged is released and asked for again within
     /// the caller's deadline, then reported as [`Error::NotReplicated`](crate::Error::NotReplicated);
     /// a renewal that too few acknowledged does not extend the lease's validity bound, and a
-    /// lease whose bound passes that way is lost with [`LossReason::NotReplicated`].
+    /// lease whose bound passes that way is lost with [`LossReason::NotReplicated`](crate::LossReason::NotReplicated).
     pub replicas: u32,
     /// How long each `WAIT` for replicas may take (default 1 s).
     pub replica_timeout: Duration,
@@ -309,7 +309,7 @@ impl RwLock {
             .owner
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let mut cleanup = InflightCleanup::new(&self.client, &self.key, &owner);
+        let mut cleanup = InflightCleanup::unlock(&self.client, &self.key, &owner);
         let held = self
             .drive(
                 mode,
@@ -376,19 +376,14 @@ impl RwLock {
 
     /// A guard with a running watchdog for a confirmed grant.
     fn guard(&self, mode: LockMode, owner: String, h: Held) -> LockGuard {
-        let timing = self.opts.timing;
-        let (tx, rx) = watch::channel(LeaseStatus::Held {
-            valid_until: timing.valid_until(h.last_sent),
-        });
-        let watchdog = tokio::spawn(lease::watchdog(
-            self.client.clone(),
+        let lease = Lease::start(
+            &self.client,
             self.renewer(&owner),
-            timing,
+            self.opts.timing,
             self.opts.retry,
             h.last_sent,
-            tx,
-        ));
-        LockGuard::new(self.as_owner(&owner), owner, mode, h, rx, watchdog)
+        );
+        LockGuard::new(self.as_owner(&owner), owner, mode, h, lease)
     }
 }
 

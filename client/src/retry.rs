@@ -83,6 +83,7 @@ pub(crate) fn classify(err: RedisError) -> Failure {
         ErrorKind::Extension => match err.code() {
             Some("DEADLOCK") => Failure::Fatal(Error::Deadlock(err.to_string())),
             Some("LOCKGONE") => Failure::Fatal(Error::LockGone(err.to_string())),
+            Some("FENCED") => Failure::Fatal(Error::Fenced(server_text(&err))),
             Some("LOADING" | "BUSY") => Failure::Transient {
                 uncertain: false,
                 err,
@@ -99,6 +100,15 @@ pub(crate) fn classify(err: RedisError) -> Failure {
             _ => Failure::Fatal(Error::Redis(err)),
         },
         _ => Failure::Fatal(Error::Redis(err)),
+    }
+}
+
+/// An error reply as the server sent it (`CODE detail`), without redis-rs's quoting.
+pub(crate) fn server_text(err: &RedisError) -> String {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => err.to_string(),
     }
 }
 
@@ -166,7 +176,7 @@ impl Backoff {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -188,6 +198,23 @@ mod tests {
         assert!(b.next_delay(now, Some(soon)).unwrap() <= Duration::from_millis(2));
         // Without a deadline, the budget limits the run of failures.
         assert!(b.next_delay(now + Duration::from_secs(61), None).is_none());
+    }
+
+    /// The error a server reply `-text` becomes.
+    pub(crate) fn reply_error(text: &str) -> RedisError {
+        let v = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap();
+        v.extract_error().unwrap_err()
+    }
+
+    #[test]
+    fn fenced_is_fatal_and_keeps_the_servers_text() {
+        let e = reply_error("FENCED token 5 is not live on this key");
+        match classify(e) {
+            Failure::Fatal(Error::Fenced(t)) => {
+                assert_eq!(t, "FENCED token 5 is not live on this key")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

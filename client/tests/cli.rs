@@ -548,21 +548,23 @@ fn leader_watch_ends_quietly_when_its_reader_goes_away() {
 #[test]
 fn lock_with_replicas_runs_only_once_they_acknowledged_the_grant() {
     let s = server();
-    let args = [
-        "lock",
-        "--replicas",
-        "1",
-        "--replica-timeout",
-        "200",
-        "--wait",
-        "0",
-        "cli:acked",
-        "--",
-        "sh",
-        "-c",
-        "echo ran",
-    ];
-    let out = cli(&s).args(args).output().unwrap();
+    let args = |replica_timeout: &'static str| {
+        [
+            "lock",
+            "--replicas",
+            "1",
+            "--replica-timeout",
+            replica_timeout,
+            "--wait",
+            "0",
+            "cli:acked",
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ]
+    };
+    let out = cli(&s).args(args("200")).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("replica"), "{err}");
@@ -573,7 +575,8 @@ fn lock_with_replicas_runs_only_once_they_acknowledged_the_grant() {
     );
 
     let _replica = common::replica::replica_of(&s);
-    let out = cli(&s).args(args).output().unwrap();
+    // A generous limit where the acknowledgement must come (a busy machine can take 200 ms).
+    let out = cli(&s).args(args("2000")).output().unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -631,4 +634,240 @@ fn lock_and_info_through_sentinel() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `redis-lease semaphore` processes taking 1 or 2 permits of 2: each CMD adds its permits
+/// (after the grant) and takes them off (before the release) in Redis and records the sum:
+/// never more than the limit.
+#[test]
+fn semaphore_processes_never_exceed_the_limit() {
+    let s = server();
+    let dir = tempfile_dir();
+    let seen = dir.join("seen");
+    let script = format!(
+        "n=$(redis-cli -p {port} INCRBY cli:sem:inside $REDIS_LEASE_PERMITS); echo $n >> {f}; \
+         sleep 0.05; redis-cli -p {port} DECRBY cli:sem:inside $REDIS_LEASE_PERMITS > /dev/null",
+        port = s.port,
+        f = seen.display()
+    );
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let url = s.url();
+        let script = script.clone();
+        workers.push(std::thread::spawn(move || {
+            for _ in 0..3 {
+                let permits = if i % 3 == 0 { "2" } else { "1" };
+                let mut child = Command::new(BIN)
+                    .env("REDIS_URL", &url)
+                    .args(["semaphore", "--limit", "2", "--permits", permits])
+                    .args(["--ttl", "5000", "cli:sem", "--", "sh", "-c"])
+                    .arg(&script)
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let st = wait_bounded(&mut child, Duration::from_secs(30));
+                assert!(st.success(), "{st:?}");
+            }
+        }));
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    let counts: Vec<u32> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 18);
+    assert!(counts.iter().all(|&n| (1..=2).contains(&n)), "{counts:?}");
+    assert_eq!(redis_get(&s, &["EXISTS", "cli:sem"]), redis::Value::Int(0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn semaphore_passes_env_waits_and_info_shows_it() {
+    let s = server();
+    let mut holder = cli(&s)
+        .args([
+            "semaphore",
+            "--limit",
+            "3",
+            "--permits",
+            "2",
+            "--owner",
+            "me",
+        ])
+        .args(["cli:sem-info", "--", "sleep", "10"])
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:sem-info");
+    let out = cli(&s).args(["info", "cli:sem-info"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "type: semaphore",
+        "limit: 3",
+        "used: 2",
+        "holders: 1",
+        "me\tpermits=2",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+
+    let t = Instant::now();
+    let out = cli(&s)
+        .args([
+            "semaphore",
+            "--limit",
+            "3",
+            "--permits",
+            "2",
+            "--wait",
+            "300",
+        ])
+        .args(["cli:sem-info", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+
+    let out = cli(&s)
+        .args(["semaphore", "--limit", "3", "cli:sem-info", "--", "sh", "-c"])
+        .arg("echo $REDIS_LEASE_KEY $REDIS_LEASE_PERMITS $REDIS_LEASE_LIMIT $REDIS_LEASE_TOKEN; exit 4")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let parts: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(&parts[..3], &["cli:sem-info", "1", "3"]);
+    assert!(parts[3].parse::<u64>().unwrap() >= 1);
+
+    let out = cli(&s)
+        .args(["semaphore", "--limit", "4", "cli:sem-info", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limit is 3"), "{err}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn semaphore_lost_lease_stops_the_command() {
+    let s = server();
+    let mut child = cli(&s)
+        .args([
+            "semaphore",
+            "--limit",
+            "2",
+            "--ttl",
+            "900",
+            "--grace",
+            "500",
+        ])
+        .args(["cli:sem-lost", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:sem-lost");
+    redis_get(&s, &["DEL", "cli:sem-lost"]);
+    let t = Instant::now();
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(3));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("lost"), "{err}");
+}
+
+/// The adversary of fencing: `redis-lease` is frozen (SIGSTOP, like a GC pause) past its
+/// lease while its CMD goes on; the next holder writes; then CMD writes with its stale token
+/// through LEASE.EXEC: the server refuses it and the data stays the next holder's. Once
+/// continued, redis-lease notices the loss and stops CMD (exit 3).
+#[test]
+fn a_frozen_holders_fenced_write_fails_after_the_next_holders() {
+    let s = server();
+    let dir = tempfile_dir();
+    let (ready, out) = (dir.join("ready"), dir.join("out"));
+    let script = format!(
+        "touch {ready}; sleep 3; \
+         redis-cli -p {port} LEASE.EXEC cli:frozen $REDIS_LEASE_TOKEN SET cli:frozen:data stale \
+         > {out} 2>&1; sleep 30",
+        ready = ready.display(),
+        out = out.display(),
+        port = s.port
+    );
+    let mut child = cli(&s)
+        .args([
+            "semaphore",
+            "--limit",
+            "1",
+            "--ttl",
+            "600",
+            "--grace",
+            "500",
+        ])
+        .args(["cli:frozen", "--", "sh", "-c", &script])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !ready.exists() {
+        assert!(t.elapsed() < Duration::from_secs(5), "CMD never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signals the redis-lease process this test started, by its pid.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t = Instant::now();
+    let token = loop {
+        let v = redis_get(
+            &s,
+            &["SEMAPHORE.ACQUIRE", "cli:frozen", "next", "1", "10000"],
+        );
+        if let redis::Value::Int(t) = v {
+            break t;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the frozen hold never lapsed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let token = token.to_string();
+    let wrote = redis_get(
+        &s,
+        &[
+            "LEASE.EXEC",
+            "cli:frozen",
+            &token,
+            "SET",
+            "cli:frozen:data",
+            "new",
+        ],
+    );
+    assert_eq!(wrote, redis::Value::Okay);
+    let t = Instant::now();
+    while std::fs::read_to_string(&out).unwrap_or_default().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "CMD never wrote");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let answer = std::fs::read_to_string(&out).unwrap();
+    assert!(answer.contains("FENCED"), "{answer}");
+    assert_eq!(
+        redis_get(&s, &["GET", "cli:frozen:data"]),
+        redis::Value::BulkString(b"new".to_vec())
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(3));
+    let _ = std::fs::remove_dir_all(dir);
 }

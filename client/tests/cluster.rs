@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::opts;
-use redis_lease_client::{Client, LeaderElector, LeaseStatus, RwLock};
+use redis_lease_client::{Client, Error, LeaderElector, LeaseStatus, RwLock};
 use redis_lease_testkit::cluster::Cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,4 +94,87 @@ async fn the_client_carries_on_through_a_cluster_failover() {
     assert!(next.token() > first, "a larger token after the failover");
     assert!(next.release().await.unwrap());
     assert!(election.resign().await.unwrap());
+}
+
+/// Semaphores on keys over every master, and `exec` in a cluster: the command's keys must
+/// hash to the lock key's slot (a hash tag); a key of another slot is CROSSSLOT and nothing
+/// runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_exec_in_a_cluster() {
+    let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();
+    let conn = Client::cluster(cluster.urls())
+        .await
+        .expect("cluster connector");
+    let mut guards = Vec::new();
+    for i in 0..12 {
+        let sem = conn
+            .semaphore(format!("sem:{i}"), 2)
+            .with_options(opts(5_000));
+        guards.push(sem.try_acquire(2).await.unwrap().expect("free"));
+        assert!(sem.try_acquire(1).await.unwrap().is_none(), "full");
+    }
+    for g in guards {
+        assert!(g.release().await.unwrap());
+    }
+
+    let g = RwLock::new(&conn, "{order:42}")
+        .with_options(opts(5_000))
+        .write()
+        .await
+        .unwrap();
+    let ok: String = g
+        .exec(redis::cmd("SET").arg("{order:42}:data").arg("v"))
+        .await
+        .unwrap();
+    assert_eq!(ok, "OK");
+    // "other" hashes to another slot than "{order:42}".
+    let other = "other";
+    let mut c = cluster.node(cluster.owner_of(other).port).conn();
+    let slots: (i64, i64) = (
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(other)
+            .query(&mut c)
+            .unwrap(),
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg("{order:42}")
+            .query(&mut c)
+            .unwrap(),
+    );
+    assert_ne!(slots.0, slots.1);
+    let err = g
+        .exec::<String>(redis::cmd("SET").arg(other).arg("v"))
+        .await
+        .unwrap_err();
+    match &err {
+        Error::Redis(e) => assert_eq!(e.code(), Some("CROSSSLOT"), "{e}"),
+        other => panic!("{other}"),
+    }
+    let two = redis::cmd("MSET")
+        .arg("{order:42}:a")
+        .arg(1)
+        .arg(other)
+        .arg(2)
+        .to_owned();
+    let err = g.exec::<String>(&two).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Redis(e) if e.code() == Some("CROSSSLOT")),
+        "{err}"
+    );
+    assert!(g.is_held(), "CROSSSLOT is not a loss");
+    let none: Option<String> = redis::cmd("GET").arg(other).query(&mut c).unwrap();
+    assert_eq!(none, None, "nothing ran");
+    let v: Option<String> = conn
+        .query(redis::cmd("GET").arg("{order:42}:data"))
+        .await
+        .map(|v| redis::from_redis_value(v).unwrap())
+        .unwrap();
+    assert_eq!(v.as_deref(), Some("v"));
+    let a: redis::Value = conn
+        .query(redis::cmd("EXISTS").arg("{order:42}:a"))
+        .await
+        .unwrap();
+    assert_eq!(a, redis::Value::Int(0), "nothing of the MSET ran");
+    assert!(g.release().await.unwrap());
 }

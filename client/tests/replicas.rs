@@ -238,3 +238,47 @@ async fn a_leader_counts_once_a_replica_has_it_and_steps_down_when_none_does() {
         .unwrap();
     assert!(e.resign().await.unwrap());
 }
+
+/// A semaphore with `replicas`: a grant (at once, and by hand-off) is on the replica when the
+/// guard is handed over; with the replica frozen a grant is released and reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_grants_count_once_a_replica_has_them() {
+    let m = server();
+    let r = replica_of(&m);
+    let conn = connector(&m).await;
+    let sem = conn.semaphore("ack:sem", 1).with_options(acked(1_500));
+    let on_replica = |owner: &str| {
+        let mut c = r.conn();
+        let v: redis::Value = redis::cmd("SEMAPHORE.INFO")
+            .arg("ack:sem")
+            .query(&mut c)
+            .unwrap();
+        format!("{v:?}").contains(owner)
+    };
+    let g = sem.try_acquire(1).await.unwrap().expect("free");
+    assert!(on_replica(g.owner()));
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire_timeout(1, Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(g.release().await.unwrap());
+    let g = waiter.await.unwrap().unwrap().expect("handed over");
+    assert!(on_replica(g.owner()));
+    assert!(g.release().await.unwrap());
+
+    let frozen = freeze(&r);
+    let err = sem.try_acquire(1).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            }
+        ),
+        "{err}"
+    );
+    assert!(sem.info().await.unwrap().holders.is_empty(), "released");
+    drop(frozen);
+}

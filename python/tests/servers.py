@@ -138,10 +138,6 @@ class Server:
     def raw(self, *args: object) -> object:
         return raw(self.port, *args)
 
-    def has_command(self, name: str) -> bool:
-        info = self.raw("COMMAND", "INFO", name)
-        return isinstance(info, list) and any(x is not None for x in info)
-
     def kill9(self) -> None:
         """SIGKILL (no shutdown save), and wait for the exit."""
         if self.proc is not None:

@@ -1,5 +1,4 @@
-"""Fenced writes inside Redis (LEASE.EXEC, COMMANDS.md) through guards. Gated: each test needs
-LEASE.EXEC in the module under test (see conftest.py)."""
+"""Fenced writes inside Redis (LEASE.EXEC, COMMANDS.md) through guards."""
 
 from __future__ import annotations
 
@@ -7,12 +6,11 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from redis_lease import Fenced, LeaderElector, LeaseLost, RetryPolicy, RwLock, Semaphore
+from redis_lease import Fenced, LeaderElector, LeaseLost, LossReason, RetryPolicy, RwLock, Semaphore
 from redis_lease import asyncio as alease
 from servers import Server
 
 FAST = RetryPolicy(base_delay=0.01, max_delay=0.2, budget=15.0)
-pytestmark = pytest.mark.needs_command("lease.exec")
 
 
 def test_exec_runs_only_while_the_write_hold_is_live(r: "redis.Redis[bytes]") -> None:
@@ -32,7 +30,48 @@ def test_a_read_holds_token_does_not_fence_a_write(r: "redis.Redis[bytes]") -> N
     with RwLock(r, "{order:2}", ttl=5.0, retry=FAST).read() as g:
         with pytest.raises(Fenced):
             g.exec("SET", "{order:2}:data", "x")
+        assert g.held, "a read guard's lease is not lost by it"
     assert r.exists("{order:2}:data") == 0
+
+
+def test_fenced_marks_the_guard_lost_at_once(r: "redis.Redis[bytes]") -> None:
+    g = Semaphore(r, "{order:5}", limit=1, ttl=10.0, retry=FAST).acquire()
+    assert g.exec("SET", "{order:5}:data", "mine") == b"OK"
+    r.delete("{order:5}")
+    assert g.held, "the watchdog has not renewed since"
+    with pytest.raises(Fenced):
+        g.exec("SET", "{order:5}:data", "late")
+    assert not g.held and g.reason is LossReason.REVOKED
+    assert r.get("{order:5}:data") == b"mine"
+
+
+def test_a_stale_holder_is_fenced_after_the_next_holder_wrote(r: "redis.Redis[bytes]") -> None:
+    """A holder that stopped renewing (as if frozen past its lease) writes after the next
+    holder did: the server refuses it, the data stays the newer holder's."""
+    lk = RwLock(r, "{order:6}", ttl=0.5, retry=FAST)
+    stale = lk.write()
+    stale.abandon()
+    with lk.write(timeout=5.0) as new:
+        assert new.token > stale.token
+        assert new.exec("SET", "{order:6}:data", "new") == b"OK"
+        with pytest.raises(Fenced):
+            stale.exec("SET", "{order:6}:data", "stale")
+    assert r.get("{order:6}:data") == b"new"
+
+
+def test_an_acl_denial_of_the_inner_command_is_not_fenced(server: Server, r: "redis.Redis[bytes]") -> None:
+    r.execute_command("ACL", "SETUSER", "noset", "on", ">pw", "~*", "+@all", "-set")
+    u = server.client(username="noset", password="pw")
+    try:
+        with RwLock(u, "{order:7}", ttl=5.0, retry=FAST).write() as g:
+            with pytest.raises(redis.ResponseError) as e:
+                g.exec("SET", "{order:7}:data", "x")
+            assert not isinstance(e.value, Fenced) and "acl" in str(e.value).lower()
+            assert g.exec("INCR", "{order:7}:n") == 1
+            assert g.held
+    finally:
+        u.close()
+    assert r.exists("{order:7}:data") == 0
 
 
 def test_exec_under_leadership_and_after_resigning(r: "redis.Redis[bytes]") -> None:
@@ -45,7 +84,6 @@ def test_exec_under_leadership_and_after_resigning(r: "redis.Redis[bytes]") -> N
     assert r.get("{job}:runs") == b"1"
 
 
-@pytest.mark.needs_command("semaphore.acquire")
 def test_exec_under_semaphore_permits(r: "redis.Redis[bytes]") -> None:
     with Semaphore(r, "{pool}", limit=2, ttl=5.0, retry=FAST).acquire() as g:
         assert g.exec("INCR", "{pool}:n") == 1

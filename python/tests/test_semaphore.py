@@ -1,5 +1,4 @@
-"""Semaphore (SEMAPHORE.*, COMMANDS.md) against a real redis-server with the module. Gated:
-each test needs SEMAPHORE.ACQUIRE in the module under test (see conftest.py)."""
+"""Semaphore (SEMAPHORE.*, COMMANDS.md) against a real redis-server with the module."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from redis_lease import asyncio as alease
 from servers import Server
 
 FAST = RetryPolicy(base_delay=0.01, max_delay=0.2, budget=15.0)
-pytestmark = pytest.mark.needs_command("semaphore.acquire")
 
 
 def sem(r: "redis.Redis[bytes]", key: str, limit: int, ttl: float = 5.0, **kw: object) -> Semaphore:

@@ -299,6 +299,27 @@ def test_semaphore_requests_carry_the_limit_and_permits_and_adopt_by_info() -> N
     assert kind.renew == ("SEMAPHORE.RENEW", "s", "me", 3000) and kind.release == ("SEMAPHORE.RELEASE", "s", "me")
 
 
+def test_a_semaphore_hold_of_other_permits_is_not_adopted() -> None:
+    """One hold per owner: after a lost reply, a hold of the owner with other permits is not
+    what was asked for; asking again gets the server's answer (here: a grant)."""
+    kind = protocol.semaphore_kind("s", "me", 5, 2, 3000, False)
+    acquires = 0
+
+    def respond(s: Script, c: Call) -> Any:
+        nonlocal acquires
+        if c.args[0] == "SEMAPHORE.ACQUIRE":
+            acquires += 1
+            return reset(s, c) if acquires == 1 else 8
+        if c.args[0] == "SEMAPHORE.INFO":
+            return {"limit": 5, "used": 1, "holders": [{"owner": "me", "permits": 1, "ttl": 2000, "token": 7}], "waiters": 0, "token": 7}
+        return 8
+
+    s = Script(respond)
+    g = s.run(Acquisition(kind, TIMING, POLICY, 1.5, 5.0, now=s.now).run())
+    assert g.token == 8 and acquires == 2
+    assert s.names()[:3] == ["SEMAPHORE.ACQUIRE", "SEMAPHORE.INFO", "SEMAPHORE.ACQUIRE"]
+
+
 def test_leadership_after_a_lost_reply_is_adopted_from_current() -> None:
     kind = protocol.leader_kind("e", "cand", 3000, True)
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Type, TypeVar
 
 from . import protocol
 from .connector import Connector
-from .errors import LeaseLost, LossReason
+from .errors import Fenced, LeaseLost, LossReason
 from .spec import Spec
 
 G = TypeVar("G", bound="Guard")
@@ -199,11 +199,23 @@ class Guard:
     def exec(self, *command: Any) -> Any:
         """Runs ``command`` inside Redis only while this hold is live, atomically with the check
         (``LEASE.EXEC key token command...``). Raises :class:`~redis_lease.Fenced` (a
-        :class:`LeaseLost`) when the server finds the hold not live; nothing ran then."""
+        :class:`LeaseLost`) when the server finds the hold not live; nothing ran then, and the
+        guard is lost (``REVOKED``) from then on, unless it is a read lock's (whose token never
+        fences a write)."""
         bound = max(self._state.valid_until, time.monotonic() + self._spec.command_timeout)
-        return self._conn.run(
-            protocol.fenced_exec(self.key, self.token, command, bound, self._spec.retry, self._spec.command_timeout)
-        )
+        try:
+            return self._conn.run(
+                protocol.fenced_exec(self.key, self.token, command, bound, self._spec.retry, self._spec.command_timeout)
+            )
+        except Fenced:
+            if self._fences_writes:
+                self._state.publish(None, LossReason.REVOKED)
+            raise
+
+    @property
+    def _fences_writes(self) -> bool:
+        """Whether the server accepts this hold's token for a fenced write."""
+        return True
 
     def __enter__(self: G) -> G:
         return self
@@ -239,6 +251,10 @@ class LockGuard(Guard):
     def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, mode: str) -> None:
         self.mode = mode
         super().__init__(conn, spec, kind, grant)
+
+    @property
+    def _fences_writes(self) -> bool:
+        return self.mode == "write"
 
 
 class Leadership(Guard):

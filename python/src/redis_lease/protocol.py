@@ -93,8 +93,10 @@ def lock_kind(key: Any, owner: str, mode: str, ttl_ms: int, generated: bool) -> 
 
 def semaphore_kind(key: Any, owner: str, limit: int, permits: int, ttl_ms: int, generated: bool) -> Kind:
     def hold(v: Any) -> Tuple[int, int]:
+        # A hold of other permits is not what was asked for: asking again gets the server's
+        # refusal instead of adopting it.
         h = replies.semaphore_info(v).hold_of(owner)
-        return (1, h.token) if h else (0, 0)
+        return (1, h.token) if h and h.permits == permits else (0, 0)
 
     return Kind(
         request=("SEMAPHORE.ACQUIRE", key, owner, limit, ttl_ms, "PERMITS", permits),

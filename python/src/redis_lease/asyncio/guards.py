@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Set, Type, TypeVar
 
 from .. import protocol
-from ..errors import LeaseLost, LossReason
+from ..errors import Fenced, LeaseLost, LossReason
 from ..spec import Spec
 from .connector import Connector
 
@@ -173,11 +173,22 @@ class Guard:
 
     async def exec(self, *command: Any) -> Any:
         """``LEASE.EXEC key token command...``: runs ``command`` only while this hold is live.
-        Raises :class:`~redis_lease.Fenced` when it is not (nothing ran)."""
+        Raises :class:`~redis_lease.Fenced` when it is not (nothing ran); the guard is lost
+        (``REVOKED``) from then on, unless it is a read lock's."""
         bound = max(self._state.valid_until, time.monotonic() + self._spec.command_timeout)
-        return await self._conn.run(
-            protocol.fenced_exec(self.key, self.token, command, bound, self._spec.retry, self._spec.command_timeout)
-        )
+        try:
+            return await self._conn.run(
+                protocol.fenced_exec(self.key, self.token, command, bound, self._spec.retry, self._spec.command_timeout)
+            )
+        except Fenced:
+            if self._fences_writes:
+                self._state.publish(None, LossReason.REVOKED)
+            raise
+
+    @property
+    def _fences_writes(self) -> bool:
+        """Whether the server accepts this hold's token for a fenced write."""
+        return True
 
     async def __aenter__(self: G) -> G:
         return self
@@ -216,6 +227,10 @@ class LockGuard(Guard):
     def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, mode: str) -> None:
         self.mode = mode
         super().__init__(conn, spec, kind, grant)
+
+    @property
+    def _fences_writes(self) -> bool:
+        return self.mode == "write"
 
 
 class Leadership(Guard):

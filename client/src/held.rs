@@ -1,0 +1,119 @@
+//! What every guard has: the lease's status and the watchdog that renews it. The lock guard
+//! and the semaphore guard are this plus what their kind adds.
+
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::client::Client;
+use crate::lease::{self, LeaseStatus, LeaseTiming, Renewer};
+use crate::retry::RetryPolicy;
+use crate::{Error, LossReason, Result};
+
+/// A held lease and its running watchdog.
+pub(crate) struct Lease {
+    status: watch::Receiver<LeaseStatus>,
+    /// Kept to publish a loss the watchdog cannot see (a `FENCED` answer).
+    tx: watch::Sender<LeaseStatus>,
+    watchdog: Option<JoinHandle<LossReason>>,
+}
+
+impl Lease {
+    /// Starts the watchdog for a lease proven by a request sent at `last_sent`.
+    pub(crate) fn start(
+        client: &Client,
+        renew: Renewer,
+        timing: LeaseTiming,
+        retry: RetryPolicy,
+        last_sent: Instant,
+    ) -> Lease {
+        let (tx, status) = watch::channel(LeaseStatus::Held {
+            valid_until: timing.valid_until(last_sent),
+        });
+        let watchdog = tokio::spawn(lease::watchdog(
+            client.clone(),
+            renew,
+            timing,
+            retry,
+            last_sent,
+            tx.clone(),
+        ));
+        Lease {
+            status,
+            tx,
+            watchdog: Some(watchdog),
+        }
+    }
+
+    /// The status, time-checked: a `Held` whose bound has passed is reported as lost.
+    pub(crate) fn status(&self) -> LeaseStatus {
+        match *self.status.borrow() {
+            LeaseStatus::Held { valid_until } if valid_until <= Instant::now() => {
+                LeaseStatus::Lost(LossReason::Expired)
+            }
+            s => s,
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        match self.status() {
+            LeaseStatus::Held { valid_until } => Some(valid_until),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.status() {
+            LeaseStatus::Held { .. } => Ok(()),
+            LeaseStatus::Lost(r) => Err(Error::LeaseLost(r)),
+            LeaseStatus::Released => Err(Error::LeaseLost(LossReason::Revoked)),
+        }
+    }
+
+    pub(crate) fn watch(&self) -> watch::Receiver<LeaseStatus> {
+        self.status.clone()
+    }
+
+    pub(crate) fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
+        let mut rx = self.status.clone();
+        async move {
+            match lease::wait_lost(&mut rx).await {
+                LeaseStatus::Lost(r) => r,
+                _ => LossReason::Revoked,
+            }
+        }
+    }
+
+    /// Stops the watchdog; answers whether it was still running (false once stopped before).
+    pub(crate) fn stop(&mut self) -> bool {
+        match self.watchdog.take() {
+            Some(w) => {
+                w.abort();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The server answered that the hold is not live (`FENCED`): the lease is lost, whatever
+    /// the watchdog last saw. A loss is final (the watchdog never overwrites it).
+    pub(crate) fn revoke(&self) {
+        if let Some(w) = &self.watchdog {
+            w.abort();
+        }
+        self.tx.send_if_modified(|s| match s {
+            LeaseStatus::Held { .. } => {
+                *s = LeaseStatus::Lost(LossReason::Revoked);
+                true
+            }
+            _ => false,
+        });
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,222 @@
+//! Permits held on a semaphore ([`SemaphoreGuard`]).
+
+use std::fmt;
+use std::time::Instant;
+
+use redis::{Cmd, FromRedisValue};
+use tokio::sync::watch;
+
+use crate::exec;
+use crate::guard::{give_back, Release};
+use crate::held::Lease;
+use crate::lease::LeaseStatus;
+use crate::semaphore::Semaphore;
+use crate::{Error, LossReason, Result};
+
+/// Permits held on a [`Semaphore`]: one hold, with its own lease and fencing token. Its
+/// watchdog renews the lease (every third of the ttl by default) for as long as the guard
+/// lives, exactly as a [`LockGuard`](crate::LockGuard)'s.
+///
+/// Release it with [`SemaphoreGuard::release`]. Dropping it releases it too, as a best
+/// effort: the `SEMAPHORE.RELEASE` is spawned on the current tokio runtime (if there is none,
+/// the lease simply lapses after its ttl).
+///
+/// Watch for loss with [`SemaphoreGuard::lost`] or [`SemaphoreGuard::status_watch`]: the
+/// guard signals it as soon as a renewal fails definitively, or when the local validity bound
+/// passes, which is before the server could hand the permits to anyone else.
+///
+/// ```no_run
+/// # async fn demo(sem: redis_lease_client::Semaphore) -> redis_lease_client::Result<()> {
+/// let guard = sem.acquire(1).await?;
+/// tokio::select! {
+///     reason = guard.lost() => eprintln!("lost the permits: {reason}"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(30)) => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct SemaphoreGuard {
+    sem: Semaphore,
+    owner: String,
+    permits: u32,
+    token: u64,
+    lease: Lease,
+}
+
+impl fmt::Debug for SemaphoreGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SemaphoreGuard")
+            .field("key", &self.sem.key())
+            .field("owner", &self.owner)
+            .field("permits", &self.permits)
+            .field("token", &self.token)
+            .field("status", &self.lease.status())
+            .finish()
+    }
+}
+
+impl SemaphoreGuard {
+    pub(crate) fn new(
+        sem: Semaphore,
+        owner: String,
+        permits: u32,
+        token: u64,
+        lease: Lease,
+    ) -> SemaphoreGuard {
+        SemaphoreGuard {
+            sem,
+            owner,
+            permits,
+            token,
+            lease,
+        }
+    }
+
+    /// The fencing token of this hold.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { let t: u64 = g.token(); }
+    /// ```
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// How many permits this hold takes.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { assert!(g.permits() >= 1); }
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The owner id this hold is registered under.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { println!("{}", g.owner()); }
+    /// ```
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The key.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { println!("{}", g.key()); }
+    /// ```
+    pub fn key(&self) -> &str {
+        self.sem.key()
+    }
+
+    /// The current lease status (time-checked, as [`LockGuard::status`](crate::LockGuard::status)).
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { if !g.status().is_held() { /* stop */ } }
+    /// ```
+    pub fn status(&self) -> LeaseStatus {
+        self.lease.status()
+    }
+
+    /// Whether the lease is certainly still valid right now.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { assert!(g.is_held()); }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.status().is_held()
+    }
+
+    /// The local instant until which the lease is certainly valid, if held.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { println!("{:?}", g.valid_until()); }
+    /// ```
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.lease.valid_until()
+    }
+
+    /// `Ok(())` while the lease is held, [`Error::LeaseLost`] after.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) -> redis_lease_client::Result<()> {
+    /// g.check()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        self.lease.check()
+    }
+
+    /// A watch of the lease status.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) { let rx = g.status_watch(); }
+    /// ```
+    pub fn status_watch(&self) -> watch::Receiver<LeaseStatus> {
+        self.lease.watch()
+    }
+
+    /// Resolves when the lease is lost (never, while it is renewed).
+    ///
+    /// ```no_run
+    /// # async fn f(g: &redis_lease_client::SemaphoreGuard) {
+    /// let reason = g.lost().await;
+    /// # }
+    /// ```
+    pub fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
+        self.lease.lost()
+    }
+
+    /// Runs `cmd` inside Redis only while this hold is live, atomically with the check
+    /// (`LEASE.EXEC key token cmd...`), and answers its reply; see
+    /// [`LockGuard::exec`](crate::LockGuard::exec). A `FENCED` answer is [`Error::Fenced`] and
+    /// marks the lease lost ([`LossReason::Revoked`]). In a Redis Cluster the command's keys
+    /// must hash to the semaphore key's slot (a hash tag: `{pool}` and `{pool}:jobs`).
+    ///
+    /// ```no_run
+    /// # async fn f(g: redis_lease_client::SemaphoreGuard) -> redis_lease_client::Result<()> {
+    /// let _: () = g.exec(redis::cmd("LPUSH").arg("{pool}:done").arg("job-1")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let client = self.sem.client();
+        let deadline = exec::deadline(self.valid_until(), client.command_timeout());
+        let retry = self.sem.options().retry;
+        let out = exec::exec(client, self.key(), self.token, cmd, deadline, retry).await;
+        if matches!(out, Err(Error::Fenced(_))) {
+            self.lease.revoke();
+        }
+        out
+    }
+
+    /// Stops renewing and releases the permits. Answers whether the server still counted them
+    /// (false if the lease had already lapsed).
+    ///
+    /// ```no_run
+    /// # async fn f(g: redis_lease_client::SemaphoreGuard) -> redis_lease_client::Result<()> {
+    /// let was_held = g.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<bool> {
+        self.lease.stop();
+        let s = &self.sem;
+        let cmd = s.release_cmd(&self.owner);
+        let n = give_back(s.client(), &cmd, s.release_policy(), Release::Times(1)).await?;
+        Ok(n > 0)
+    }
+}
+
+impl Drop for SemaphoreGuard {
+    fn drop(&mut self) {
+        if !self.lease.stop() {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let sem = self.sem.clone();
+            let cmd = sem.release_cmd(&self.owner);
+            handle.spawn(async move {
+                let policy = sem.release_policy();
+                let _ = give_back(sem.client(), &cmd, policy, Release::Times(1)).await;
+            });
+        }
+    }
+}

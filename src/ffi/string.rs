@@ -79,10 +79,9 @@ impl RString {
 
     /// A new string holding the decimal digits of `n`.
     pub fn from_i64(n: i64) -> RString {
-        // SAFETY: as for `from_bytes`.
-        RString::wrap(unsafe {
-            api!(RedisModule_CreateStringFromLongLong)(std::ptr::null_mut(), n)
-        })
+        // Formatted here: Redis's own ll2string costs ~300 instructions for a 16-digit token,
+        // itoa a tenth of that (two per grant on the hot path).
+        RString::from_bytes(itoa::Buffer::new().format(n).as_bytes())
     }
 
     pub fn as_str(&self) -> RStr<'_> {

@@ -9,14 +9,14 @@ use tokio::sync::watch;
 use crate::acquire::Wait;
 use crate::client::Client;
 use crate::drive::Held;
+use crate::error::{Error, Result};
 use crate::exec;
 use crate::held::Lease;
-use crate::lease::LeaseStatus;
+use crate::lease_status::{LeaseStatus, LossReason};
 use crate::lock::RwLock;
 use crate::lock_info::LockMode;
 use crate::reply;
 use crate::retry::RetryPolicy;
-use crate::{Error, LossReason, Result};
 
 /// How many holds of an owner to give back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

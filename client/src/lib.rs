@@ -79,6 +79,7 @@ mod guard;
 mod held;
 mod leader;
 mod lease;
+mod lease_status;
 mod lock;
 mod lock_info;
 mod reply;
@@ -96,7 +97,8 @@ pub use leader::{
     Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
     ObserverOptions,
 };
-pub use lease::{LeaseStatus, LeaseTiming, LossReason};
+pub use lease::LeaseTiming;
+pub use lease_status::{LeaseStatus, LossReason};
 pub use lock::{LockOptions, RwLock};
 pub use lock_info::{Holder, LockInfo, LockMode};
 pub use retry::RetryPolicy;

@@ -8,12 +8,12 @@ use redis::Cmd;
 use crate::acquire::{HoldView, Wait};
 use crate::client::Client;
 use crate::drive::{self, Held, Shell};
+use crate::error::Result;
 use crate::guard::{unlock, InflightCleanup, LockGuard, Release};
 use crate::held::Lease;
 use crate::lease::{Acks, LeaseTiming, Renewer};
 use crate::lock_info::{LockInfo, LockMode};
 use crate::retry::{classify, Failure, RetryPolicy};
-use crate::Result;
 
 /// Settings of a [`RwLock`].
 ///

@@ -8,6 +8,7 @@ use redis::Cmd;
 use crate::acquire::{HoldView, Wait};
 use crate::client::Client;
 use crate::drive::{self, Shell};
+use crate::error::{Error, InvalidArgument, Result};
 use crate::guard::{give_back, InflightCleanup, Release};
 use crate::held::Lease;
 use crate::lease::{LeaseTiming, Renewer};
@@ -15,7 +16,6 @@ use crate::lock::LockOptions;
 use crate::retry::{classify, Failure, RetryPolicy};
 use crate::semaphore_guard::SemaphoreGuard;
 use crate::semaphore_info::SemaphoreInfo;
-use crate::{Error, InvalidArgument, Result};
 
 /// The largest limit the module accepts.
 const MAX_LIMIT: u32 = (1 << 31) - 1;

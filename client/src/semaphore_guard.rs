@@ -6,12 +6,12 @@ use std::time::Instant;
 use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
 
+use crate::error::{Error, Result};
 use crate::exec;
 use crate::guard::{give_back, Release};
 use crate::held::Lease;
-use crate::lease::LeaseStatus;
+use crate::lease_status::{LeaseStatus, LossReason};
 use crate::semaphore::Semaphore;
-use crate::{Error, LossReason, Result};
 
 /// Permits held on a [`Semaphore`]: one hold, with its own lease and fencing token. Its
 /// watchdog renews the lease (every third of the ttl by default) for as long as the guard

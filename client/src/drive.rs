@@ -12,9 +12,9 @@ use crate::acquire::{
 };
 use crate::client::Client;
 use crate::error::Result;
-use crate::guard::InflightCleanup;
 use crate::lease::{self, renew_once, split_acked, LeaseTiming, Renewal, Renewer};
 use crate::lease_status::LossReason;
+use crate::release::InflightCleanup;
 use crate::reply;
 use crate::retry::{classify, Failure, RetryPolicy};
 

@@ -82,6 +82,7 @@ mod lease;
 mod lease_status;
 mod lock;
 mod lock_info;
+mod release;
 mod reply;
 mod retry;
 mod semaphore;

@@ -9,10 +9,11 @@ use crate::acquire::{HoldView, Wait};
 use crate::client::Client;
 use crate::drive::{self, Held, Shell};
 use crate::error::Result;
-use crate::guard::{unlock, InflightCleanup, LockGuard, Release};
+use crate::guard::LockGuard;
 use crate::held::Lease;
 use crate::lease::{Acks, LeaseTiming, Renewer};
 use crate::lock_info::{LockInfo, LockMode};
+use crate::release::{unlock, InflightCleanup, Release};
 use crate::retry::{classify, Failure, RetryPolicy};
 
 /// Settings of a [`RwLock`].

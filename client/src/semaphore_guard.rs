@@ -8,9 +8,9 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::exec;
-use crate::guard::{give_back, Release};
 use crate::held::Lease;
 use crate::lease_status::{LeaseStatus, LossReason};
+use crate::release::{give_back, Release};
 use crate::semaphore::Semaphore;
 
 /// Permits held on a [`Semaphore`]: one hold, with its own lease and fencing token. Its

@@ -28,8 +28,8 @@ use crate::acquire::Wait;
 use crate::error::Result;
 use crate::leader::{ElectionOptions, LeaderInfo, Leadership, ObserverOptions};
 use crate::lease_status::{LeaseStatus, LossReason};
-use crate::lock::LockOptions;
 use crate::lock_info::{LockInfo, LockMode};
+use crate::lock_options::LockOptions;
 use crate::semaphore_info::SemaphoreInfo;
 
 fn runtime() -> Result<Arc<Runtime>> {

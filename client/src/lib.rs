@@ -82,6 +82,7 @@ mod lease;
 mod lease_status;
 mod lock;
 mod lock_info;
+mod lock_options;
 mod release;
 mod reply;
 mod retry;
@@ -100,8 +101,9 @@ pub use leader::{
 };
 pub use lease::LeaseTiming;
 pub use lease_status::{LeaseStatus, LossReason};
-pub use lock::{LockOptions, RwLock};
+pub use lock::RwLock;
 pub use lock_info::{Holder, LockInfo, LockMode};
+pub use lock_options::LockOptions;
 pub use retry::RetryPolicy;
 pub use semaphore::Semaphore;
 pub use semaphore_guard::SemaphoreGuard;

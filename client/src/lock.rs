@@ -13,52 +13,9 @@ use crate::guard::LockGuard;
 use crate::held::Lease;
 use crate::lease::{Acks, LeaseTiming, Renewer};
 use crate::lock_info::{LockInfo, LockMode};
+use crate::lock_options::LockOptions;
 use crate::release::{unlock, InflightCleanup, Release};
 use crate::retry::{classify, Failure, RetryPolicy};
-
-/// Settings of a [`RwLock`].
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_lease_client::{LockOptions, LeaseTiming};
-/// let opts = LockOptions { timing: LeaseTiming::new(Duration::from_secs(5))?, ..Default::default() };
-/// assert_eq!(opts.timing.ttl(), Duration::from_secs(5));
-/// assert_eq!(opts.replicas, 0);
-/// # Ok::<(), redis_lease_client::Error>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LockOptions {
-    /// Lease ttl, renewal period, drift margin. Default: 10 s ttl.
-    pub timing: LeaseTiming,
-    /// Retry of transient failures.
-    pub retry: RetryPolicy,
-    /// How many replicas must acknowledge each grant and renewal before it counts (default 0:
-    /// none). After each one the client sends `WAIT replicas replica_timeout` on the same
-    /// connection. A grant that too few acknowledged is released and asked for again within
-    /// the caller's deadline, then reported as [`Error::NotReplicated`](crate::Error::NotReplicated);
-    /// a renewal that too few acknowledged does not extend the lease's validity bound, and a
-    /// lease whose bound passes that way is lost with [`LossReason::NotReplicated`](crate::LossReason::NotReplicated).
-    pub replicas: u32,
-    /// How long each `WAIT` for replicas may take (default 1 s).
-    pub replica_timeout: Duration,
-}
-
-impl Default for LockOptions {
-    fn default() -> Self {
-        LockOptions {
-            timing: LeaseTiming::default(),
-            retry: RetryPolicy::default(),
-            replicas: 0,
-            replica_timeout: Duration::from_secs(1),
-        }
-    }
-}
-
-impl LockOptions {
-    pub(crate) fn acks(&self) -> Option<Acks> {
-        Acks::new(self.replicas, self.replica_timeout)
-    }
-}
 
 /// A distributed read-write lock on one key.
 ///
@@ -369,10 +326,7 @@ impl RwLock {
     }
 
     pub(crate) fn release_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            budget: self.opts.timing.ttl(),
-            ..self.opts.retry
-        }
+        self.opts.release_policy()
     }
 
     /// A guard with a running watchdog for a confirmed grant.

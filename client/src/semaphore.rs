@@ -11,7 +11,7 @@ use crate::drive::{self, Shell};
 use crate::error::{Error, InvalidArgument, Result};
 use crate::held::Lease;
 use crate::lease::{LeaseTiming, Renewer};
-use crate::lock::LockOptions;
+use crate::lock_options::LockOptions;
 use crate::release::{give_back, InflightCleanup, Release};
 use crate::retry::{classify, Failure, RetryPolicy};
 use crate::semaphore_guard::SemaphoreGuard;

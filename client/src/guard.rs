@@ -12,9 +12,9 @@ use crate::error::{Error, Result};
 use crate::exec;
 use crate::held::Lease;
 use crate::lease_status::{LeaseStatus, LossReason};
-use crate::lock::RwLock;
 use crate::lock_info::LockMode;
-use crate::release::{unlock, InflightCleanup, Release};
+use crate::lock_key::LockKey;
+use crate::release::{InflightCleanup, Release};
 
 /// A held lock. Its watchdog renews the lease (every third of the ttl by default) for as long as
 /// the guard lives.
@@ -43,8 +43,8 @@ use crate::release::{unlock, InflightCleanup, Release};
 /// # Ok(()) }
 /// ```
 pub struct LockGuard {
-    /// The lock, with this guard's owner.
-    lock: RwLock,
+    /// The lock's key and options.
+    lock: LockKey,
     owner: String,
     /// Release with `UNLOCK` until the server answers 0 (the owner is ours alone and a
     /// surplus hold may exist: an earlier request's outcome was unknown, or the cluster
@@ -61,7 +61,7 @@ pub struct LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.lock.key())
+            .field("key", &self.lock.key)
             .field("owner", &self.owner)
             .field("mode", &self.mode)
             .field("token", &self.token)
@@ -72,7 +72,7 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(
-        lock: RwLock,
+        lock: LockKey,
         owner: String,
         mode: LockMode,
         held: Held,
@@ -122,7 +122,7 @@ impl LockGuard {
     /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.key()); }
     /// ```
     pub fn key(&self) -> &str {
-        self.lock.key()
+        &self.lock.key
     }
 
     /// The current lease status (a time-checked view: a `Held` whose bound has passed is
@@ -214,7 +214,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let client = self.lock.client();
+        let client = &self.lock.client;
         let deadline = exec::deadline(self.valid_until(), client.command_timeout());
         let out = exec::exec(
             client,
@@ -222,7 +222,7 @@ impl LockGuard {
             self.token,
             cmd,
             deadline,
-            self.lock.options().retry,
+            self.lock.opts.retry,
         )
         .await;
         if matches!(out, Err(Error::Fenced(_))) && self.mode == LockMode::Write {
@@ -252,9 +252,9 @@ impl LockGuard {
             return Ok(true);
         }
         self.check()?;
-        let acks = self.lock.options().acks();
+        let acks = self.lock.opts.acks();
         // Never swept on interruption: that would give back the read hold too.
-        let mut cleanup = InflightCleanup::unlock(self.lock.client(), self.key(), &self.owner);
+        let mut cleanup = InflightCleanup::unlock(&self.lock.client, &self.lock.key, &self.owner);
         match self
             .lock
             .drive(
@@ -299,7 +299,8 @@ impl LockGuard {
         if self.holds < 2 {
             // Take the read hold under the write hold (granted at once: a reentrant request
             // of the holder). It adds no exclusivity, so no replica acknowledgement is needed.
-            let mut cleanup = InflightCleanup::unlock(self.lock.client(), self.key(), &self.owner);
+            let mut cleanup =
+                InflightCleanup::unlock(&self.lock.client, &self.lock.key, &self.owner);
             self.lock
                 .drive(
                     LockMode::Read,
@@ -314,14 +315,7 @@ impl LockGuard {
             self.holds += 1;
         }
         // Give back the write hold (UNLOCK takes the write hold first).
-        unlock(
-            self.lock.client(),
-            self.lock.key(),
-            &self.owner,
-            self.lock.release_policy(),
-            Release::Times(1),
-        )
-        .await?;
+        self.lock.unlock(&self.owner, Release::Times(1)).await?;
         self.holds -= 1;
         self.mode = LockMode::Read;
         Ok(())
@@ -337,14 +331,7 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<bool> {
         self.lease.stop();
-        let n = unlock(
-            self.lock.client(),
-            self.lock.key(),
-            &self.owner,
-            self.lock.release_policy(),
-            self.how(),
-        )
-        .await?;
+        let n = self.lock.unlock(&self.owner, self.how()).await?;
         Ok(n > 0)
     }
 
@@ -367,14 +354,7 @@ impl Drop for LockGuard {
             let owner = std::mem::take(&mut self.owner);
             let how = self.how();
             handle.spawn(async move {
-                let _ = unlock(
-                    lock.client(),
-                    lock.key(),
-                    &owner,
-                    lock.release_policy(),
-                    how,
-                )
-                .await;
+                let _ = lock.unlock(&owner, how).await;
             });
         }
     }

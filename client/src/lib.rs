@@ -82,6 +82,7 @@ mod lease;
 mod lease_status;
 mod lock;
 mod lock_info;
+mod lock_key;
 mod lock_options;
 mod release;
 mod reply;

@@ -90,6 +90,7 @@ mod retry;
 mod semaphore;
 mod semaphore_guard;
 mod semaphore_info;
+mod semaphore_key;
 mod sentinel_url;
 
 pub use acquire::Wait;

@@ -6,20 +6,24 @@
 //! * `Pause`: `SIGSTOP` the master right after a grant, for longer than down-after; `SIGCONT`
 //!   it at a random moment up to 1.5 s after a replica was promoted, so that for a while it
 //!   still believes it is the master (and serves what its clients queued) before Sentinel, or
-//!   the injector after 3 s, makes it a replica.
-//! * `FrozenLink`: `SIGSTOP` both replicas (the master's grants reach nobody), `kill -9` the
-//!   master once a grant made since has been held for a while, `SIGCONT` the replicas: the
-//!   promoted replica never saw the last grants.
-//! * `LaggingPromoted`: `SIGSTOP` one replica, wait for a grant held for a while (which the
-//!   other replica acknowledges), then `kill -9` the master *and* that other replica and
-//!   `SIGCONT` the lagging one: Sentinel must promote the replica that missed the grant (the
-//!   case replica acknowledgements alone cannot cover, and quarantine does).
+//!   the injector after 1.5 s, makes it a replica.
+//! * `FrozenLink`: `SIGSTOP` both replicas and cut their links (`CLIENT KILL TYPE replica` on
+//!   the master: a stopped replica still receives into its socket buffer, and applies when
+//!   continued, whatever the master sent on a live link), so the master's grants reach
+//!   nobody; `kill -9` the master as soon as a section begun since plans to stay inside longer
+//!   than a failover takes, `SIGCONT` the replicas: the promoted replica never saw that grant.
+//! * `LaggingPromoted`: the same with one replica (`CLIENT KILL ADDR` of its link); when such
+//!   a long section begins (its grant acknowledged by the other replica), `kill -9` the master
+//!   *and* that other replica and `SIGCONT` the lagging one: Sentinel must promote the replica
+//!   that missed the grant (the case replica acknowledgements alone cannot cover, and
+//!   quarantine does).
 //!
-//! "Right after a grant" means: once the master shows a holder that was granted after the
-//! injector began watching and has held for 200 ms (150 ms with frozen replicas), so that the
-//! fault strikes a holder inside a section rather than between sections. Between faults it
-//! waits until the group is whole and the new master has made a grant again (after its
-//! quarantine), and a random calm of up to 1 s.
+//! The injector is adversarial: it strikes while a holder is inside (a section planning to
+//! stay 300 ms more; for the last two faults, it freezes replicas between sections and strikes
+//! when a section planning 2.5 s more begins: the workers publish their plans), so that a
+//! holder is inside through the failover. Between faults it waits until the group is whole
+//! and the new master has made a grant again (after its quarantine), and a random calm of up
+//! to 0.5 s.
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +59,9 @@ impl FaultKind {
         }
     }
 }
+
+/// The section in progress, as the workers report it: its token and when it plans to end.
+pub type Holder = Box<dyn Fn() -> Option<(u64, Instant)> + Send>;
 
 /// One fault and what followed.
 #[derive(Clone, Debug)]
@@ -112,6 +119,14 @@ pub struct Plan {
     /// How long to wait for each failover, for grants to resume, for the group to heal.
     pub patience: Duration,
 }
+
+/// How long a section struck by `FrozenLink` or `LaggingPromoted` plans to stay inside: longer
+/// than a failover, so that it is still inside when the promoted replica could grant again.
+const LONG: Duration = Duration::from_millis(2500);
+
+/// How long replicas stay frozen at most, waiting for such a section. Longer than
+/// down-after: the sentinels see them down for a moment, and up again at their next ping.
+const FROZEN: Duration = Duration::from_secs(3);
 
 /// A process stopped with SIGSTOP, continued when dropped (also on a panic).
 struct Stopped(Vec<u32>);
@@ -204,16 +219,18 @@ impl HoldWatch {
 pub struct Injector {
     pub group: Group,
     key: String,
+    holder: Holder,
     t0: Instant,
     plan: Plan,
     log: FaultLog,
 }
 
 impl Injector {
-    pub fn new(group: Group, key: &str, t0: Instant, plan: Plan) -> Injector {
+    pub fn new(group: Group, key: &str, holder: Holder, t0: Instant, plan: Plan) -> Injector {
         Injector {
             group,
             key: key.to_string(),
+            holder,
             t0,
             plan,
             log: FaultLog::default(),
@@ -284,19 +301,31 @@ impl Injector {
                 self.plan.patience
             ));
         }
-        let calm = rand::rng().random_range(0..1000);
+        let calm = rand::rng().random_range(0..500);
         std::thread::sleep(Duration::from_millis(calm));
         Ok(())
     }
 
-    /// Waits (at most `limit`) for a holder on `port` granted from now on to have held `held`;
-    /// then answers whether `port` is still the master every sentinel names (else there is
-    /// nothing to strike: the sentinels failed over by themselves).
-    fn strike_point(&mut self, port: u16, held: Duration, limit: Duration) -> bool {
-        let key = self.key.clone();
-        if !HoldWatch::new(port, &key).held_for(held, limit) {
+    /// Waits (at most `limit`) for a section that plans to stay inside at least `inside` more
+    /// (with `fresh`, one that was not in progress when the wait began); then answers whether
+    /// `port` is still the master every sentinel names (else there is nothing to strike: the
+    /// sentinels failed over by themselves).
+    fn strike_point(&mut self, port: u16, inside: Duration, fresh: bool, limit: Duration) -> bool {
+        let start = Instant::now();
+        let before = (self.holder)().map(|(t, _)| t);
+        let mut found = false;
+        while start.elapsed() < limit {
+            if let Some((token, until)) = (self.holder)() {
+                if (!fresh || Some(token) != before) && until > Instant::now() + inside {
+                    found = true;
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if !found {
             self.event(format!(
-                "no new holder on {port} held {held:?} within {limit:?}"
+                "no section planning {inside:?} more within {limit:?}"
             ));
         }
         let still = self.group.agreed_master() == Some(port)
@@ -305,6 +334,19 @@ impl Injector {
             self.event(format!("{port} is no longer the master: no fault"));
         }
         still
+    }
+
+    /// Waits (at most 5 s) until no section is in progress, or the one in progress is about to
+    /// end: replicas frozen from then on miss the next grant.
+    fn between_sections(&self) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            match (self.holder)() {
+                Some((_, until)) if until > Instant::now() + Duration::from_millis(100) => {}
+                _ => return,
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Waits until every sentinel names a master other than `old` that says it is one.
@@ -360,7 +402,12 @@ impl Injector {
     }
 
     fn kill(&mut self, old: u16) -> Option<Fault> {
-        if !self.strike_point(old, Duration::from_millis(200), Duration::from_secs(5)) {
+        if !self.strike_point(
+            old,
+            Duration::from_millis(300),
+            false,
+            Duration::from_secs(5),
+        ) {
             return None;
         }
         self.group.server_mut(old).kill9();
@@ -373,10 +420,16 @@ impl Injector {
     }
 
     fn pause(&mut self, old: u16) -> Option<Fault> {
-        if !self.strike_point(old, Duration::from_millis(200), Duration::from_secs(5)) {
+        if !self.strike_point(
+            old,
+            Duration::from_millis(300),
+            false,
+            Duration::from_secs(5),
+        ) {
             return None;
         }
         let pid = self.group.pid(old).expect("the master runs");
+        let before = grants(old);
         let stopped = Stopped::new(vec![pid]);
         let at = Instant::now();
         self.event(format!("SIGSTOP master {old}"));
@@ -387,7 +440,6 @@ impl Injector {
             std::thread::sleep(Duration::from_millis(extra));
         }
         drop(stopped);
-        let resumed = grants(old);
         self.event(format!("SIGCONT {old}"));
         let new = if promoted.is_some() {
             self.wait_failover(old)
@@ -396,18 +448,19 @@ impl Injector {
         };
         let fault = self.record(FaultKind::Pause, at, old, new);
         if let Some(new) = new {
-            // Sentinel demotes it once it sees it again; if it has not in 3 s, do it.
+            // Sentinel demotes it once it sees it again (its INFO period is 10 s); if it has
+            // not in 1.5 s, do it.
             let start = Instant::now();
             let mut granted = None;
-            while start.elapsed() < Duration::from_secs(3) {
+            while start.elapsed() < Duration::from_millis(1500) {
                 if matches!(role(old), Some(Role::Replica { master, .. }) if master == new) {
                     break;
                 }
                 granted = grants(old).or(granted);
                 std::thread::sleep(Duration::from_millis(20));
             }
-            if let (Some(a), Some(b)) = (resumed, granted) {
-                self.event(format!("{old} granted {} after it resumed", b - a));
+            if let (Some(a), Some(b)) = (before, granted) {
+                self.event(format!("{old} granted {} since it was stopped", b - a));
             }
             if !matches!(role(old), Some(Role::Replica { master, .. }) if master == new) {
                 self.group.replicaof(old, new);
@@ -427,10 +480,14 @@ impl Injector {
             .filter(|p| *p != old)
             .filter_map(|p| self.group.pid(p))
             .collect();
+        self.between_sections();
         let stopped = Stopped::new(replicas);
-        self.event(format!("SIGSTOP both replicas of {old}"));
+        // A stopped replica still receives what the master sends (into its socket buffer) and
+        // applies it when continued: the links must be cut too.
+        let cut = self.group.cut_links(old, None);
+        self.event(format!("SIGSTOP both replicas of {old}, links cut: {cut}"));
         // Short of down-after, so that the sentinels still count the replicas as fine.
-        if !self.strike_point(old, Duration::from_millis(150), Duration::from_millis(800)) {
+        if !self.strike_point(old, LONG, true, FROZEN) {
             return None;
         }
         self.group.server_mut(old).kill9();
@@ -453,9 +510,12 @@ impl Injector {
         replicas.shuffle(&mut rand::rng());
         let (lagging, acked) = (replicas[0], replicas[1]);
         let pid = self.group.pid(lagging).expect("the replica runs");
+        let link = self.group.link_addr(lagging);
+        self.between_sections();
         let stopped = Stopped::new(vec![pid]);
-        self.event(format!("SIGSTOP replica {lagging}"));
-        if !self.strike_point(old, Duration::from_millis(150), Duration::from_millis(800)) {
+        let cut = link.is_some() && self.group.cut_links(old, link.as_deref());
+        self.event(format!("SIGSTOP replica {lagging}, its link cut: {cut}"));
+        if !self.strike_point(old, LONG, true, FROZEN) {
             return None;
         }
         self.group.server_mut(old).kill9();

@@ -22,6 +22,12 @@ pub struct SentinelTiming {
     /// Also the least time between two failovers of one master: a sentinel starts no failover
     /// within twice this of the last one it started or voted for.
     pub failover_timeout: Duration,
+    /// How often a sentinel pings each instance (`SENTINEL DEBUG ping-period`; Sentinel's
+    /// default is 1 s). It must stay below down-after: a sentinel sends the first ping to a
+    /// newly promoted master one period after the switch, and counts it down once down-after
+    /// has passed since the switch with no reply, so with the two equal it may flag the new
+    /// master down and fail over again at once.
+    pub ping_period: Duration,
 }
 
 /// One short-lived connection with timeouts (a frozen server must not hang the injector).
@@ -129,7 +135,7 @@ impl Sentinel {
                 .spawn()
                 .expect("spawn redis-server --sentinel");
             let mut s = Sentinel { port, child, dir };
-            if s.wait_ready() {
+            if s.wait_ready() && s.debug("ping-period", timing.ping_period) {
                 return s;
             }
             last = s.log();
@@ -151,6 +157,18 @@ impl Sentinel {
             sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// `SENTINEL DEBUG <param> <ms>`: one of Sentinel's internal periods (Redis 7.0+).
+    fn debug(&self, param: &str, value: Duration) -> bool {
+        quick(self.port).is_some_and(|mut c| {
+            redis::cmd("SENTINEL")
+                .arg("DEBUG")
+                .arg(param)
+                .arg(value.as_millis() as u64)
+                .query::<String>(&mut c)
+                .is_ok()
+        })
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -334,6 +352,35 @@ impl Group {
                 .arg(master)
                 .query::<String>(&mut c)
                 .is_ok()
+        })
+    }
+
+    /// The local address (`127.0.0.1:<port>`) of the replica's connection to its master, as
+    /// the master sees it (`CLIENT LIST TYPE master` on the replica).
+    pub fn link_addr(&self, replica: u16) -> Option<String> {
+        let mut c = quick(replica)?;
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("master")
+            .query(&mut c)
+            .ok()?;
+        list.split_whitespace()
+            .find_map(|f| f.strip_prefix("laddr=").map(str::to_string))
+    }
+
+    /// Closes the master's replication connections: to the replica at `addr` (see
+    /// [`Group::link_addr`]), or to all of them. What the master writes from then on reaches
+    /// that replica only if it reconnects (which a stopped replica cannot).
+    pub fn cut_links(&self, master: u16, addr: Option<&str>) -> bool {
+        quick(master).is_some_and(|mut c| {
+            let mut cmd = redis::cmd("CLIENT");
+            cmd.arg("KILL");
+            match addr {
+                Some(a) => cmd.arg("ADDR").arg(a),
+                None => cmd.arg("TYPE").arg("replica"),
+            };
+            cmd.query::<redis::Value>(&mut c).is_ok()
         })
     }
 

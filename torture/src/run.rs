@@ -1,7 +1,7 @@
 //! One configuration's run: the group, the workers, the injector, and the report.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use redis_lease_testkit::Options;
 use crate::analysis::{analyse, overlapping_pairs, Figures};
 use crate::faults::{self, FaultLog, Injector};
 use crate::group::{Group, SentinelTiming};
-use crate::resource::{Journal, Section};
+use crate::resource::Section;
 use crate::workers::{self, Shared, Stats};
 
 /// One configuration.
@@ -34,10 +34,11 @@ pub struct Config {
 
 impl Config {
     /// Sentinel timing of every run: `down-after-milliseconds 1000`, `failover-timeout 1500`
-    /// (so a sentinel may start the next failover 3 s after the last).
+    /// (so a sentinel may start the next failover 3 s after the last), pings every 500 ms.
     pub const TIMING: SentinelTiming = SentinelTiming {
         down_after: Duration::from_millis(1000),
         failover_timeout: Duration::from_millis(1500),
+        ping_period: Duration::from_millis(500),
     };
 
     /// The workers' ttl: longer than most failovers take here (about 2.3 s), so that a holder
@@ -53,7 +54,7 @@ impl Config {
             quarantine: Duration::ZERO,
             replicas: 0,
             ttl: Self::TTL,
-            workers: 4,
+            workers: 5,
             min_time,
             max_time: min_time,
             min_failovers: 0,
@@ -69,7 +70,7 @@ impl Config {
             quarantine: Self::TTL,
             replicas: 1,
             ttl: Self::TTL,
-            workers: 4,
+            workers: 5,
             min_time,
             max_time: min_time * 2,
             min_failovers,
@@ -168,11 +169,7 @@ pub async fn run(config: Config) -> Report {
     let group = tokio::task::spawn_blocking(move || Group::start(base, timing))
         .await
         .expect("the group starts");
-    let shared = Arc::new(Shared {
-        journal: Journal::default(),
-        next_section: AtomicU64::new(0),
-        stop: AtomicBool::new(false),
-    });
+    let shared = Arc::new(Shared::new());
     let plan = workers::Plan {
         url: group.url(),
         key: "torture".into(),
@@ -188,16 +185,21 @@ pub async fn run(config: Config) -> Report {
         .map(|i| tokio::spawn(workers::worker(i, plan.clone(), shared.clone())))
         .collect();
     let key = plan.key.clone();
+    let holder = {
+        let shared = shared.clone();
+        Box::new(move || shared.inside())
+    };
     let fault_plan = faults::Plan {
         min_time: config.min_time,
         max_time: config.max_time,
         min_failovers: config.min_failovers,
         patience: Duration::from_secs(60),
     };
-    let (group, faults) =
-        tokio::task::spawn_blocking(move || Injector::new(group, &key, t0, fault_plan).run())
-            .await
-            .expect("the injector finishes");
+    let (group, faults) = tokio::task::spawn_blocking(move || {
+        Injector::new(group, &key, holder, t0, fault_plan).run()
+    })
+    .await
+    .expect("the injector finishes");
     // A last calm second, then the workers stop (each within its wait and one section).
     tokio::time::sleep(Duration::from_secs(1)).await;
     shared.stop.store(true, Ordering::Relaxed);

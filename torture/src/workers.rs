@@ -7,7 +7,7 @@
 //! release. A lost lease or a refused write ends the section early.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -51,9 +51,9 @@ impl Plan {
     fn writes(&self) -> u32 {
         let mut rng = rand::rng();
         match rng.random_range(0..100) {
-            0..60 => rng.random_range(1..=4),
-            60..85 => rng.random_range(12..=48),
-            _ => rng.random_range(80..=160),
+            0..50 => rng.random_range(1..=4),
+            50..75 => rng.random_range(12..=48),
+            _ => rng.random_range(104..=140),
         }
     }
 }
@@ -98,6 +98,34 @@ pub struct Shared {
     pub journal: Journal,
     pub next_section: AtomicU64,
     pub stop: AtomicBool,
+    /// The section in progress: its token and when it plans to end (for the injector, which
+    /// strikes when a long one begins).
+    pub inside: Mutex<Option<(u64, Instant)>>,
+}
+
+impl Shared {
+    pub fn new() -> Shared {
+        Shared {
+            journal: Journal::default(),
+            next_section: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            inside: Mutex::new(None),
+        }
+    }
+
+    pub fn inside(&self) -> Option<(u64, Instant)> {
+        *self.inside.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_inside(&self, v: Option<(u64, Instant)>) {
+        *self.inside.lock().unwrap_or_else(|e| e.into_inner()) = v;
+    }
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared::new()
+    }
 }
 
 /// Whether the guard is still valid with `slack` to spare.
@@ -182,7 +210,9 @@ async fn section(
     let token = g.token();
     let mut left = entered;
     let mut outcome = Outcome::Completed;
-    for i in 0..plan.writes() {
+    let writes = plan.writes();
+    shared.set_inside(Some((token, entered + plan.write_every * writes)));
+    for i in 0..writes {
         if i > 0 {
             tokio::time::sleep(plan.write_every).await;
         }
@@ -206,6 +236,7 @@ async fn section(
             outcome = Outcome::Lost;
         }
     }
+    shared.set_inside(None);
     shared.journal.close(Section {
         id: sid,
         worker: id,

@@ -84,6 +84,9 @@ pub struct FaultLog {
     pub events: Vec<String>,
     /// Why the injector stopped early, if it did (the group did not come back together).
     pub stuck: Option<String>,
+    /// Grants a `SIGSTOP`ped master made after it was continued, before it became a replica
+    /// (split brain: another master had been promoted meanwhile).
+    pub split_brain_grants: u64,
 }
 
 impl FaultLog {
@@ -460,6 +463,7 @@ impl Injector {
                 std::thread::sleep(Duration::from_millis(20));
             }
             if let (Some(a), Some(b)) = (before, granted) {
+                self.log.split_brain_grants += b.saturating_sub(a);
                 self.event(format!("{old} granted {} since it was stopped", b - a));
             }
             if !matches!(role(old), Some(Role::Replica { master, .. }) if master == new) {

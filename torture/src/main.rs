@@ -1,7 +1,7 @@
 //! `make torture`: both configurations, the table, and a non-zero exit when the protected one
 //! misses its goal.
 //!
-//! Environment: `REDIS_LEASE_TORTURE_SECS` (default 150): the time to spend, 30% on the
+//! Environment: `REDIS_LEASE_TORTURE_SECS` (default 120): the time to spend, 30% on the
 //! unprotected configuration and 70% on the protected one (which goes on, up to twice its
 //! share, until `REDIS_LEASE_TORTURE_FAILOVERS` failovers, default 20, were forced);
 //! `REDIS_LEASE_TORTURE_OUT` (default `tmp/torture`): where each run's record goes;
@@ -25,7 +25,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let secs = env_u64("REDIS_LEASE_TORTURE_SECS", 150);
+    let secs = env_u64("REDIS_LEASE_TORTURE_SECS", 120);
     let failovers = env_u64("REDIS_LEASE_TORTURE_FAILOVERS", 20) as usize;
     let out = PathBuf::from(
         std::env::var("REDIS_LEASE_TORTURE_OUT").unwrap_or_else(|_| "tmp/torture".into()),

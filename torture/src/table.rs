@@ -49,6 +49,10 @@ pub fn table(reports: &[Report]) -> String {
             Box::new(|r| format!("{} / {}", r.switches, r.tilts)),
         ),
         (
+            "grants by a SIGSTOPped master after it was continued (split brain)",
+            Box::new(|r| r.faults.split_brain_grants.to_string()),
+        ),
+        (
             "sections entered",
             Box::new(|r| r.figures.sections.to_string()),
         ),

@@ -1,8 +1,8 @@
 //! `make torture`: both configurations, the table, and a non-zero exit when the protected one
 //! misses its goal.
 //!
-//! Environment: `REDIS_LEASE_TORTURE_SECS` (default 120): the time to spend, 30% on the
-//! unprotected configuration and 70% on the protected one (which goes on, up to twice its
+//! Environment: `REDIS_LEASE_TORTURE_SECS` (default 120): the time to spend, 40% on the
+//! unprotected configuration and 60% on the protected one (which goes on, up to twice its
 //! share, until `REDIS_LEASE_TORTURE_FAILOVERS` failovers, default 20, were forced);
 //! `REDIS_LEASE_TORTURE_OUT` (default `tmp/torture`): where each run's record goes;
 //! `REDIS_LEASE_TORTURE_ONLY` (`unprotected` or `protected`): run only that one.
@@ -30,9 +30,9 @@ async fn main() -> ExitCode {
     let out = PathBuf::from(
         std::env::var("REDIS_LEASE_TORTURE_OUT").unwrap_or_else(|_| "tmp/torture".into()),
     );
-    let mut unprotected = Config::unprotected(Duration::from_secs(secs * 3 / 10));
+    let mut unprotected = Config::unprotected(Duration::from_secs(secs * 4 / 10));
     unprotected.out = Some(out.join("unprotected"));
-    let mut protected = Config::protected(Duration::from_secs(secs * 7 / 10), failovers);
+    let mut protected = Config::protected(Duration::from_secs(secs * 6 / 10), failovers);
     protected.out = Some(out.join("protected"));
     let mut reports = vec![];
     let only = std::env::var("REDIS_LEASE_TORTURE_ONLY").ok();

@@ -51,8 +51,8 @@ impl Plan {
     fn writes(&self) -> u32 {
         let mut rng = rand::rng();
         match rng.random_range(0..100) {
-            0..50 => rng.random_range(1..=4),
-            50..75 => rng.random_range(12..=48),
+            0..70 => rng.random_range(1..=4),
+            70..90 => rng.random_range(12..=48),
             _ => rng.random_range(104..=140),
         }
     }

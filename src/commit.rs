@@ -41,10 +41,16 @@ pub fn run<K: Keyed, T>(
     let (now, round_up) = clock::now();
     let slot = v.slot;
     // One look at the state for what every operation needs.
-    let (mut tokens, quiet, cancels) = state::with(move |s| {
+    let (mut tokens, mut quiet, cancels, stall) = state::with(move |s| {
+        let stall = holdback::ran(s, now);
         let quiet = s.quarantine_until <= now && s.evicted.is_empty();
-        (s.tokens, quiet, s.waiters.take_cancels_of(slot))
+        (s.tokens, quiet, s.waiters.take_cancels_of(slot), stall)
     });
+    if let Some(gap) = stall {
+        // Before this request is decided: it may come from a client of the replaced master.
+        holdback::stalled(gap);
+        quiet = false;
+    }
     let grants = if quiet {
         Grants::Open
     } else {

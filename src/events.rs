@@ -27,6 +27,21 @@ pub fn handlers() -> Handlers {
         loading,
         generic,
         evicted,
+        cron,
+    }
+}
+
+/// The cron: the stall check runs even when no command comes.
+fn cron(ctx: &Ctx, hz: i32) {
+    let now = now_ms();
+    let master = ctx.is_master();
+    let stall = state::with(move |s| {
+        s.master = master;
+        s.stall_after = holdback::stall_after(hz);
+        holdback::ran(s, now)
+    });
+    if let Some(gap) = stall {
+        holdback::stalled(gap);
     }
 }
 
@@ -122,6 +137,7 @@ impl Visitor for Demoted {
 }
 
 fn role(ctx: &Ctx, master: bool) {
+    holdback::set_master(master);
     if master {
         holdback::start_quarantine();
         schedule::arm(now_ms());

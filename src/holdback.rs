@@ -3,6 +3,10 @@
 //! - **Quarantine** (`lease.quarantine`): after this server becomes a master, and after it
 //!   loads its data, it makes no new grant for that long: the old master (or this server before
 //!   a crash) may have granted leases this one never saw, and they lapse by then.
+//! - **Stalls**: a master that did not run for a while (SIGSTOP, a paused VM, a long blocking
+//!   command, a forward clock step) may have been replaced meanwhile, and the old master's
+//!   clients may reach it again before it learns so: it quarantines again as it resumes, so
+//!   that it makes no grant beside a promoted replica.
 //! - **Evicted leases**: when maxmemory eviction removes a key whose leases are still running,
 //!   new grants on that name wait until those leases would have lapsed.
 //!
@@ -17,8 +21,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use redis_lease_core::{Grants, Kind, Ms, Waiter};
 
 use crate::clock::now_ms;
+use crate::ffi::ctx::log_warning;
 use crate::index::Slot;
-use crate::state::{self, Evicted};
+use crate::state::{self, Evicted, Shell};
 use crate::{config, schedule, waiters};
 
 /// Waiters of a name that has no key now.
@@ -92,6 +97,46 @@ pub fn start_quarantine() {
     let until = now_ms().saturating_add(q);
     state::with(move |s| s.quarantine_until = s.quarantine_until.max(until));
     schedule::arm(until);
+}
+
+/// The shortest gap that counts as a stall.
+pub const STALL_FLOOR_MS: Ms = 1000;
+
+/// The stall bound for a server whose cron runs `hz` times a second: a second, or three cron
+/// periods on a server with a slower cron, so an idle server never looks stalled.
+pub fn stall_after(hz: i32) -> Ms {
+    STALL_FLOOR_MS.max(3000 / u64::try_from(hz.max(1)).unwrap_or(1))
+}
+
+/// The server runs at `now` (a cron tick or a command): the gap since it last ran if that is
+/// a stall on a master. Cheap: the hot path calls it with the state already borrowed.
+pub fn ran(s: &mut Shell, now: Ms) -> Option<Ms> {
+    let last = s.last_ran;
+    s.last_ran = now.max(last);
+    let gap = now.saturating_sub(last);
+    if last == 0 || gap <= s.stall_after.max(STALL_FLOOR_MS) || !s.master {
+        return None;
+    }
+    s.stats.stalls += 1;
+    Some(gap)
+}
+
+/// A master resumed after a stall of `gap` ms: quarantine again (if one is configured).
+pub fn stalled(gap: Ms) {
+    let q = config::quarantine_ms();
+    if q == 0 {
+        return;
+    }
+    log_warning(&format!(
+        "lease: the server did not run for {gap} ms (stopped, paused or blocked): a replica may \
+         have been promoted meanwhile; no new grants for lease.quarantine ({q} ms)"
+    ));
+    start_quarantine();
+}
+
+/// This server's role (kept for the hot path's stall check).
+pub fn set_master(master: bool) {
+    state::with(move |s| s.master = master);
 }
 
 /// Ms of quarantine left.

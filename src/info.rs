@@ -24,7 +24,7 @@ pub fn write(out: &mut Section) {
     } else {
         0.0
     };
-    let ints: [(&CStr, u64); 26] = [
+    let ints: [(&CStr, u64); 27] = [
         (c"keys", state::keys().max(0) as u64),
         (c"holders", state::holders().max(0) as u64),
         (c"waiters", waiting as u64),
@@ -50,6 +50,7 @@ pub fn write(out: &mut Section) {
         (c"quarantine_ms", holdback::quarantine_left(now)),
         (c"lobby_waiters", holdback::waiting() as u64),
         (c"evictions", s.evictions),
+        (c"stalls", s.stalls),
         (
             c"evicted_holdbacks",
             state::with(move |s| s.evicted.values().filter(|e| e.until > now).count()) as u64,

@@ -76,6 +76,7 @@ mod module {
         }
         // A server that starts makes no grant for the quarantine (its data may lack grants
         // it made before it stopped); loading, if any, starts it again when it ends.
+        holdback::set_master(ctx.is_master());
         if ctx.is_master() {
             holdback::start_quarantine();
         }

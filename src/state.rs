@@ -37,6 +37,9 @@ pub struct Stats {
     pub waiters_left: u64,
     /// Keys with live leases that maxmemory eviction removed.
     pub evictions: u64,
+    /// Times the server was found to have stopped running (SIGSTOP, a paused VM, a long
+    /// blocking command, a forward clock step) for longer than the stall bound.
+    pub stalls: u64,
 }
 
 impl Stats {
@@ -68,6 +71,12 @@ pub struct Shell {
     pub timer: Option<(u64, Ms)>,
     /// No new grants before this time (0: none held back): the quarantine.
     pub quarantine_until: Ms,
+    /// When the module last saw the server run (a cron tick or a command; 0: not yet).
+    pub last_ran: Ms,
+    /// A gap longer than this between two runs is a stall (see `holdback::ran`).
+    pub stall_after: Ms,
+    /// This server is a master (kept from the role events, for the hot path).
+    pub master: bool,
     /// Evicted keys whose leases may still run, by (db, name).
     pub evicted: HashMap<(i32, Box<[u8]>), Evicted>,
     pub stats: Stats,

@@ -31,6 +31,8 @@ pub struct Handlers {
     pub generic: fn(&Ctx, &[u8], RStr),
     /// A key was evicted by maxmemory (just after its value's unlink callback).
     pub evicted: fn(&Ctx, RStr),
+    /// The server's cron ran; it runs `hz` times a second.
+    pub cron: fn(&Ctx, i32),
 }
 
 static HANDLERS: OnceLock<Handlers> = OnceLock::new();
@@ -69,6 +71,7 @@ pub fn init(ctx: &Ctx, h: Handlers) -> Result<(), String> {
         Some(on_role),
     )?;
     subscribe(ctx, raw::REDISMODULE_EVENT_LOADING, Some(on_loading))?;
+    subscribe(ctx, raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))?;
     let types = (raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
     // SAFETY: called while loading; the callback is a plain function.
     let rc =
@@ -139,6 +142,26 @@ extern "C" fn on_role(
                 &ctx,
                 sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER,
             );
+        }
+    });
+}
+
+extern "C" fn on_cron(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    data: *mut c_void,
+) {
+    guard::callback("the cron event", || {
+        let hz = if data.is_null() {
+            10
+        } else {
+            // SAFETY: Redis passes its RedisModuleCronLoopInfo (version 1) for this event.
+            unsafe { (*data.cast::<raw::RedisModuleCronLoopInfo>()).hz }
+        };
+        // SAFETY: the callback's context.
+        if let (Some(h), Some(ctx)) = (handlers(), unsafe { event_ctx(ctx) }) {
+            (h.cron)(&ctx, hz);
         }
     });
 }

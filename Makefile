@@ -8,6 +8,7 @@
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
 #   make bench  the side-by-side benchmark: the module vs. the SET NX PX floor, the seed's Lua design and
 #               the lock libraries (rslock; redis-py, python-redis-lock, redis-rw-lock in tmp/bench-venv)
+#   make torture  the failover torture test, both configurations (about 3 minutes; figures in the README)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make lint   rustfmt check and clippy on every crate and target, warnings denied (CI runs it)
 #   make deps   install what a fresh Debian machine lacks
@@ -15,7 +16,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build fault-module run test test-python test-valkey test-redis8 valgrind bench cluster cluster-stop deps test-deps lint fmt clean
+.PHONY: all build fault-module run test test-python test-valkey test-redis8 valgrind bench torture cluster cluster-stop deps test-deps lint fmt clean
 
 all: build
 
@@ -53,6 +54,12 @@ valgrind: build test-deps
 
 bench: build
 	$(CARGO) run --release -p redis-lease-bench -- --out bench/out
+
+# Sentinel failovers under contention (torture/): records in tmp/torture/. The short version
+# is torture/tests/short.rs, part of `make test`. REDIS_LEASE_TORTURE_SECS and
+# REDIS_LEASE_TORTURE_FAILOVERS shorten or lengthen it (torture/src/main.rs).
+torture: build
+	$(CARGO) run --release -p redis-lease-torture
 
 cluster: build
 	scripts/cluster.sh start 7000

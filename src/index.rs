@@ -4,9 +4,10 @@
 //! through RENAME, MOVE and SWAPDB and drops entries when keys go, by any route. Pure data: the
 //! schedule service arms Redis's timer from it.
 //!
-//! Memory is per key: entries live in fixed-size chunks (no doubling waste), names up to 22
-//! bytes inline, and the schedule links entries into one list per millisecond (no tree node
-//! per key; a tree holds only the distinct times, which are few).
+//! Memory is per key: 40-byte entries in fixed-size chunks (no doubling waste), names up to
+//! 22 bytes inline, and the schedule links entries into one list per millisecond (no tree
+//! node per key; a tree holds only the distinct times, which are few). An entry does not
+//! store its time: the head of a list points at its time's bucket instead.
 
 use std::collections::BTreeMap;
 
@@ -69,19 +70,27 @@ impl Name {
     }
 }
 
-/// No neighbour in a list.
+/// No neighbour in a list; as `prev`, also: not scheduled.
 const NIL: u32 = u32::MAX;
+/// Marks a `prev` that names the bucket of the list's time (the entry is the list's head).
+const HEAD: u32 = 1 << 31;
 
 #[derive(Debug)]
 struct Entry {
     gen: u32,
     db: i32,
-    /// When to look again (0: not scheduled).
-    when: Ms,
-    /// Neighbours in the list of `when`.
+    /// The previous entry in its time's list, `HEAD | bucket` for the head, NIL when not
+    /// scheduled.
     prev: u32,
     next: u32,
     name: Name,
+}
+
+/// One scheduled time and the head of its list.
+#[derive(Debug)]
+struct Bucket {
+    when: Ms,
+    head: u32,
 }
 
 /// Where an entry's key lives.
@@ -98,8 +107,10 @@ pub struct Index {
     chunks: Vec<Box<[Entry]>>,
     len: u32,
     free: Vec<u32>,
-    /// The first entry of each scheduled time's list.
+    /// Each scheduled time's bucket.
     times: BTreeMap<Ms, u32>,
+    buckets: Vec<Bucket>,
+    free_buckets: Vec<u32>,
     live: usize,
     scheduled: usize,
 }
@@ -120,11 +131,12 @@ impl Index {
             Some(id) => id,
             None => {
                 let id = self.len;
+                // Ids stay below HEAD (2^31 entries would be 80 GiB).
+                assert!(id < HEAD - 1, "the key index is full");
                 if id as usize == self.chunks.len() * CHUNK {
                     let chunk = (0..CHUNK).map(|_| Entry {
                         gen: 0,
                         db: 0,
-                        when: 0,
                         prev: NIL,
                         next: NIL,
                         name: Name::Free,
@@ -138,7 +150,6 @@ impl Index {
         let e = self.at_mut(id);
         e.gen = e.gen.wrapping_add(1).max(1);
         e.db = db;
-        e.when = 0;
         e.name = Name::new(name);
         Slot { id, gen: e.gen }
     }
@@ -184,26 +195,30 @@ impl Index {
     }
 
     fn unschedule(&mut self, id: u32) {
-        let (when, prev, next) = {
+        let (prev, next) = {
             let e = self.at(id);
-            (e.when, e.prev, e.next)
+            (e.prev, e.next)
         };
-        if when == 0 {
+        if prev == NIL {
             return;
         }
-        if prev == NIL {
-            match next {
-                NIL => self.times.remove(&when),
-                n => self.times.insert(when, n),
-            };
+        if prev & HEAD != 0 {
+            let b = prev & !HEAD;
+            if next == NIL {
+                let when = self.buckets[b as usize].when;
+                self.times.remove(&when);
+                self.free_buckets.push(b);
+            } else {
+                self.buckets[b as usize].head = next;
+                self.at_mut(next).prev = prev;
+            }
         } else {
             self.at_mut(prev).next = next;
-        }
-        if next != NIL {
-            self.at_mut(next).prev = prev;
+            if next != NIL {
+                self.at_mut(next).prev = prev;
+            }
         }
         let e = self.at_mut(id);
-        e.when = 0;
         e.prev = NIL;
         e.next = NIL;
         self.scheduled -= 1;
@@ -214,21 +229,43 @@ impl Index {
         let Some(id) = self.live_id(slot) else {
             return;
         };
-        let new = when.unwrap_or(0);
-        if self.at(id).when == new {
+        let prev = self.at(id).prev;
+        if prev != NIL
+            && prev & HEAD != 0
+            && Some(self.buckets[(prev & !HEAD) as usize].when) == when
+        {
             return;
         }
         self.unschedule(id);
-        if new == 0 {
+        let Some(when) = when.filter(|w| *w != 0) else {
             return;
-        }
-        let head = self.times.insert(new, id).unwrap_or(NIL);
+        };
+        let (b, head) = match self.times.get(&when) {
+            Some(&b) => {
+                let bucket = &mut self.buckets[b as usize];
+                (b, std::mem::replace(&mut bucket.head, id))
+            }
+            None => {
+                let bucket = Bucket { when, head: id };
+                let b = match self.free_buckets.pop() {
+                    Some(b) => {
+                        self.buckets[b as usize] = bucket;
+                        b
+                    }
+                    None => {
+                        self.buckets.push(bucket);
+                        self.buckets.len() as u32 - 1
+                    }
+                };
+                self.times.insert(when, b);
+                (b, NIL)
+            }
+        };
         if head != NIL {
             self.at_mut(head).prev = id;
         }
         let e = self.at_mut(id);
-        e.when = new;
-        e.prev = NIL;
+        e.prev = HEAD | b;
         e.next = head;
         self.scheduled += 1;
     }
@@ -240,10 +277,11 @@ impl Index {
 
     /// Takes the earliest entry due at or before `now` off the schedule.
     pub fn pop_due(&mut self, now: Ms) -> Option<Slot> {
-        let (&when, &id) = self.times.iter().next()?;
+        let (&when, &b) = self.times.iter().next()?;
         if when > now {
             return None;
         }
+        let id = self.buckets[b as usize].head;
         self.unschedule(id);
         Some(Slot {
             id,
@@ -306,6 +344,8 @@ impl Index {
         self.chunks.len() * CHUNK * std::mem::size_of::<Entry>()
             + self.free.capacity() * 4
             + self.times.len() * 32
+            + self.buckets.capacity() * std::mem::size_of::<Bucket>()
+            + self.free_buckets.capacity() * 4
             + names
     }
 }
@@ -343,6 +383,7 @@ mod tests {
         assert_eq!(ix.scheduled(), 0);
         assert_eq!(ix.slots_in(Some(0)), vec![c, b]);
         assert!(!ix.contains(Slot::NONE));
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
     }
 
     #[test]
@@ -372,7 +413,9 @@ mod tests {
         }
         let mut seen = 0;
         let mut last = 0;
-        while let Some(s) = ix.pop_due(1000) {
+        // Bounded: a broken list could hand out the same entry forever.
+        for _ in 0..=3000 {
+            let Some(s) = ix.pop_due(1000) else { break };
             let i = slots.iter().position(|x| *x == s).unwrap();
             assert!(i % 5 >= 2, "{i} was unscheduled or detached");
             let when = 100 + (i as u64 % 3);
@@ -384,5 +427,54 @@ mod tests {
         assert_eq!(ix.scheduled(), 0);
         assert_eq!(ix.first_due(), None);
         assert_eq!(ix.len(), 3000 - 600);
+    }
+
+    #[test]
+    fn the_schedule_agrees_with_a_plain_map_under_random_operations() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut ix = Index::default();
+        let mut model: std::collections::BTreeMap<Slot, Ms> = Default::default();
+        let mut live: Vec<Slot> = Vec::new();
+        for step in 0..20_000 {
+            match rng.random_range(0..10) {
+                0 | 1 => {
+                    live.push(ix.attach(rng.random_range(0..3), &step.to_string().into_bytes()))
+                }
+                2 if !live.is_empty() => {
+                    let s = live.swap_remove(rng.random_range(0..live.len()));
+                    assert!(ix.detach(s));
+                    model.remove(&s);
+                }
+                3 => {
+                    let now = rng.random_range(0..40);
+                    // Bounded: a broken list could hand out the same entry forever.
+                    for _ in 0..=model.len() {
+                        let Some(s) = ix.pop_due(now) else { break };
+                        let when = model.remove(&s).expect("popped an unscheduled entry");
+                        assert!(when <= now);
+                        assert!(
+                            model.values().all(|w| *w >= when),
+                            "popped out of time order"
+                        );
+                    }
+                    assert!(model.values().all(|w| *w > now), "a due entry was left");
+                }
+                _ if !live.is_empty() => {
+                    let s = live[rng.random_range(0..live.len())];
+                    // Few distinct times, so lists are long and heads move often.
+                    let when = rng.random_range(0..40u64);
+                    ix.schedule(s, Some(when));
+                    if when == 0 {
+                        model.remove(&s);
+                    } else {
+                        model.insert(s, when);
+                    }
+                }
+                _ => {}
+            }
+            assert_eq!(ix.scheduled(), model.len());
+            assert_eq!(ix.first_due(), model.values().min().copied());
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! The chart: six panels of grouped bars drawn from the result rows, one bar per contender,
+//! The chart: eight panels of grouped bars drawn from the result rows, one bar per contender,
 //! as plain SVG. A contender that cannot run a case gets "n/a" where its bar would be; a lower
 //! bound (a waiter never served) is drawn pale with "≥".
 
@@ -38,7 +38,25 @@ fn first_word(case: &str) -> String {
     case.split(',').next().unwrap_or(case).to_string()
 }
 
-const PANELS: [Panel; 6] = [
+/// "8 workers, limit 4, hold 5 ms: PERMITS 3 (2 workers)" -> "8w 3p"; "...: all" -> "8w all".
+fn semaphore_label(case: &str) -> String {
+    let n = case.split(' ').next().unwrap_or("?");
+    let tail = case.rsplit(": ").next().unwrap_or("");
+    match tail.strip_prefix("PERMITS ") {
+        Some(p) => format!("{n}w {}p", p.split(' ').next().unwrap_or("?")),
+        None => format!("{n}w {tail}"),
+    }
+}
+
+/// The number after the last "= " of a target ("<= N x (hold + 1 ms) = 40 ms" -> 40).
+fn target_number(r: &Row) -> Option<f64> {
+    r.target
+        .rsplit("= ")
+        .next()
+        .and_then(|t| t.trim_end_matches(" ms").parse().ok())
+}
+
+const PANELS: [Panel; 8] = [
     Panel {
         title: "1a uncontended, pipelined: pairs/s",
         pick: |r| pick("1a", "pairs/s", r).then(|| r.case.clone()),
@@ -81,12 +99,7 @@ const PANELS: [Panel; 6] = [
         pick: |r| pick("2", "wait p99", r).then(|| first_word(&r.case)),
         whisker: Some("wait max"),
         log: true,
-        target: |r| {
-            r.target
-                .rsplit("= ")
-                .next()
-                .and_then(|t| t.trim_end_matches(" ms").parse().ok())
-        },
+        target: target_number,
     },
     Panel {
         title: "2 contended hand-off: fairness (fewest / most grants per worker)",
@@ -110,12 +123,26 @@ const PANELS: [Panel; 6] = [
         log: true,
         target: |r| r.scenario.starts_with('4').then_some(10.0),
     },
+    Panel {
+        title: "6 semaphore: wait p99 by workers (w), permits (p), whisker to max (ms, log)",
+        pick: |r| pick("6", "wait p99", r).then(|| semaphore_label(&r.case)),
+        whisker: Some("wait max"),
+        log: true,
+        target: target_number,
+    },
+    Panel {
+        title: "6 semaphore: share of grants / fair share by workers (w), permits (p)",
+        pick: |r| pick("6", "grant share / fair share", r).then(|| semaphore_label(&r.case)),
+        whisker: None,
+        log: false,
+        target: |_| Some(0.8),
+    },
 ];
 
 /// The whole chart.
 pub fn svg(rows: &[Row], about: &[String]) -> String {
     let names = Contender::names();
-    let h = TOP + 3.0 * PANEL_H + 20.0;
+    let h = TOP + PANELS.len().div_ceil(2) as f64 * PANEL_H + 20.0;
     let mut s = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
     );
@@ -324,5 +351,27 @@ fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f
                 gx + gw * 0.8
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn semaphore_groups_are_labelled_by_workers_and_permits() {
+        assert_eq!(
+            semaphore_label("8 workers, limit 4, hold 5 ms: PERMITS 3 (2 workers)"),
+            "8w 3p"
+        );
+        assert_eq!(
+            semaphore_label("32 workers, limit 4, hold 5 ms: all"),
+            "32w all"
+        );
+        let r = Row {
+            target: "<= N x (hold + 1 ms) = 48 ms".into(),
+            ..Row::default()
+        };
+        assert_eq!(target_number(&r), Some(48.0));
     }
 }

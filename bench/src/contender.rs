@@ -8,6 +8,8 @@
 //!   the server.
 //! - `seed`: the seed's client-side design: Lua scripts with EVALSHA; readers share a
 //!   `KEY:readers` counter, a writer SETs `KEY` PX; waiting polls (100 ms, doubling to 1 s).
+//!   Its semaphore mode is the client-side Lua semaphore built the same way: a sorted set of
+//!   holders scored by their lease's end and a hash of their permits, polled alike.
 //! - `rslock`: the Rust Redlock crate on one server: SET NX PX, unlock by a compare-and-delete
 //!   script; waiting is its retry (3 tries, random 0-200 ms apart), repeated to the deadline.
 //! - `redis-py`: redis-py's `Lock` (SET NX PX, polling every 0.1 s).
@@ -16,8 +18,9 @@
 //! - `redis-rw-lock`: a readers-writer lock with writer priority built from python-redis-lock
 //!   locks and counters.
 //!
-//! A semaphore scenario would add a `Mode::Permit(n)` with its raw commands here and in the
-//! driver; the worker loop and the scenarios' statistics do not depend on the mode.
+//! `Mode::Semaphore` (the module's `SEMAPHORE.*`, the seed's semaphore scripts) is the
+//! semaphore scenario's mode; the worker loop and the scenarios' statistics do not depend on
+//! the mode. No library peer has a semaphore (the driver has none).
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +45,8 @@ pub enum Contender {
 #[derive(Clone, Copy, Debug)]
 pub struct Caps {
     pub read_mode: bool,
+    /// A counting semaphore with permits of several sizes.
+    pub semaphore: bool,
     /// A waiter can give up at a deadline (redis-rw-lock's acquire blocks with no timeout).
     pub bounded_wait: bool,
     /// The lease unit: 1000 where the library takes whole seconds.
@@ -99,6 +104,7 @@ impl Contender {
     pub fn caps(self) -> Caps {
         let c = Caps {
             read_mode: false,
+            semaphore: false,
             bounded_wait: true,
             ttl_unit_ms: 1,
             fencing_tokens: false,
@@ -112,12 +118,14 @@ impl Contender {
             },
             Contender::Module => Caps {
                 read_mode: true,
+                semaphore: true,
                 fencing_tokens: true,
                 wait: "parked in the server (WAIT ms), FIFO",
                 ..c
             },
             Contender::Seed => Caps {
                 read_mode: true,
+                semaphore: true,
                 wait: "polling, 100 ms doubling to 1 s",
                 ..c
             },
@@ -152,17 +160,20 @@ impl Contender {
         match mode {
             Mode::Read if !self.caps().read_mode => Some("no read mode".into()),
             Mode::Leader if self != Contender::Module => Some("no leader election".into()),
+            Mode::Semaphore { .. } if !self.caps().semaphore => Some("no semaphore".into()),
             _ => None,
         }
     }
 }
 
-/// Read, write, or (module only, pipelined scenario) a leader campaign.
+/// Read, write, (module only, pipelined scenario) a leader campaign, or `permits` of a
+/// semaphore of `limit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Read,
     Write,
     Leader,
+    Semaphore { limit: u32, permits: u32 },
 }
 
 impl Mode {
@@ -171,6 +182,7 @@ impl Mode {
             Mode::Read => "read",
             Mode::Write => "write",
             Mode::Leader => "leader",
+            Mode::Semaphore { .. } => "semaphore",
         }
     }
 }
@@ -178,11 +190,19 @@ impl Mode {
 /// The seed design's scripts. A reader takes a hold when the write-lock key does not exist
 /// (INCR the shared counter, PEXPIRE it to the ttl); its release DECRs, DELs at zero, else
 /// PEXPIREs again. A writer SETs the key PX when neither key exists; its release DELs it.
+///
+/// The semaphore (the usual client-side one, with permits): `KEY` is a sorted set of holders
+/// scored by the end of their lease (server time, ms), `KEY:permits` a hash of their permits.
+/// An acquire drops the lapsed holders, sums the permits left and adds itself if its permits
+/// fit (no queue: whoever polls when enough are free wins); both keys expire with the last
+/// lease. The release removes the holder from both.
 #[derive(Clone)]
 pub struct Scripts {
     pub rlock: Script,
     pub runlock: Script,
     pub wlock: Script,
+    pub sem_acquire: Script,
+    pub sem_release: Script,
 }
 
 impl Default for Scripts {
@@ -201,6 +221,30 @@ impl Default for Scripts {
                 "if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then return false end
                  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
             ),
+            // KEYS: holders, permits; ARGV: owner, limit, ttl ms, permits.
+            sem_acquire: Script::new(
+                "local t = redis.call('TIME')
+                 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+                 for _, o in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+                   redis.call('HDEL', KEYS[2], o)
+                 end
+                 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+                 local used = 0
+                 for _, n in ipairs(redis.call('HVALS', KEYS[2])) do used = used + tonumber(n) end
+                 local want = tonumber(ARGV[4])
+                 if used + want > tonumber(ARGV[2]) then return false end
+                 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+                 redis.call('HSET', KEYS[2], ARGV[1], want)
+                 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+                 redis.call('PEXPIREAT', KEYS[1], last)
+                 redis.call('PEXPIREAT', KEYS[2], last)
+                 return 1",
+            ),
+            // KEYS: holders, permits; ARGV: owner.
+            sem_release: Script::new(
+                "redis.call('HDEL', KEYS[2], ARGV[1])
+                 return redis.call('ZREM', KEYS[1], ARGV[1])",
+            ),
         }
     }
 }
@@ -208,7 +252,13 @@ impl Default for Scripts {
 impl Scripts {
     /// Loads the scripts into the server's cache (so a raw EVALSHA never misses).
     pub async fn load(&self, conn: &mut MultiplexedConnection) -> BenchResult<()> {
-        for s in [&self.rlock, &self.runlock, &self.wlock] {
+        for s in [
+            &self.rlock,
+            &self.runlock,
+            &self.wlock,
+            &self.sem_acquire,
+            &self.sem_release,
+        ] {
             let sha: String = s.prepare_invoke().load_async(conn).await?;
             if sha != s.get_hash() {
                 return Err(format!("SCRIPT LOAD answered {sha}, not {}", s.get_hash()).into());
@@ -221,6 +271,11 @@ impl Scripts {
 /// The seed's readers key for a lock key.
 pub fn readers_key(key: &str) -> String {
     format!("{key}:readers")
+}
+
+/// The seed semaphore's hash of the holders' permits, for a semaphore key.
+pub fn permits_key(key: &str) -> String {
+    format!("{key}:permits")
 }
 
 /// The raw command of one lock attempt without waiting; `None` for the library peers (their
@@ -385,11 +440,18 @@ impl Client {
                     Mode::Read => "RWLOCK.RLOCK",
                     Mode::Write => "RWLOCK.WLOCK",
                     Mode::Leader => "LEADER.CAMPAIGN",
+                    Mode::Semaphore { .. } => "SEMAPHORE.ACQUIRE",
                 };
                 match c {
                     Contender::Module => {
                         let mut cmd = redis::cmd(word);
-                        cmd.arg(key).arg(owner).arg(ttl_ms);
+                        cmd.arg(key).arg(owner);
+                        match mode {
+                            Mode::Semaphore { limit, permits } => {
+                                cmd.arg(limit).arg(ttl_ms).arg("PERMITS").arg(permits)
+                            }
+                            _ => cmd.arg(ttl_ms),
+                        };
                         if wait_ms > 0 {
                             cmd.arg("WAIT").arg(wait_ms);
                         }
@@ -417,13 +479,20 @@ impl Client {
                         loop {
                             let mut inv = match mode {
                                 Mode::Read => scripts.rlock.prepare_invoke(),
+                                Mode::Semaphore { .. } => scripts.sem_acquire.prepare_invoke(),
                                 _ => scripts.wlock.prepare_invoke(),
                             };
-                            inv.key(key).key(readers_key(key));
-                            if mode != Mode::Read {
-                                inv.arg(owner);
-                            }
-                            inv.arg(ttl_ms);
+                            match mode {
+                                Mode::Read => inv.key(key).key(readers_key(key)).arg(ttl_ms),
+                                Mode::Semaphore { limit, permits } => inv
+                                    .key(key)
+                                    .key(permits_key(key))
+                                    .arg(owner)
+                                    .arg(limit)
+                                    .arg(ttl_ms)
+                                    .arg(permits),
+                                _ => inv.key(key).key(readers_key(key)).arg(owner).arg(ttl_ms),
+                            };
                             let r: Option<i64> = inv.invoke_async(conn).await?;
                             if r == Some(1) {
                                 return Ok(true);
@@ -464,6 +533,22 @@ impl Client {
                             .arg(key)
                             .arg(owner)
                             .query_async(conn)
+                            .await?
+                    }
+                    (Contender::Module, Mode::Semaphore { .. }) => {
+                        redis::cmd("SEMAPHORE.RELEASE")
+                            .arg(key)
+                            .arg(owner)
+                            .query_async(conn)
+                            .await?
+                    }
+                    (Contender::Seed, Mode::Semaphore { .. }) => {
+                        scripts
+                            .sem_release
+                            .key(key)
+                            .key(permits_key(key))
+                            .arg(owner)
+                            .invoke_async(conn)
                             .await?
                     }
                     (Contender::Module, _) => {

@@ -14,6 +14,7 @@
 pub mod chart;
 pub mod contender;
 pub mod machine;
+pub mod permits;
 pub mod report;
 pub mod resp;
 pub mod s1_throughput;
@@ -21,6 +22,7 @@ pub mod s2_handoff;
 pub mod s3_flood;
 pub mod s4_lapse;
 pub mod s5_scale;
+pub mod s6_semaphore;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
@@ -49,7 +51,7 @@ pub enum Mode {
 pub struct Config {
     pub out: PathBuf,
     pub mode: Mode,
-    /// Scenario numbers to run (1..=5); empty = all.
+    /// Scenario numbers to run (1..=6); empty = all.
     pub only: Vec<u32>,
     /// Wait at most this long for other processes to quiet down before starting.
     pub wait_idle: Option<Duration>,
@@ -97,6 +99,14 @@ pub struct Settings {
     pub s5_secs: f64,
     pub s5_pairs: u64,
     pub s5_mem_locks: usize,
+    pub s6_workers: Vec<usize>,
+    pub s6_limit: u32,
+    /// The permits worker `i` asks for: `s6_mix[i % len]`.
+    pub s6_mix: Vec<u32>,
+    pub s6_hold: Duration,
+    pub s6_secs: f64,
+    pub s6_grace: Duration,
+    pub s6_max_grants: u64,
 }
 
 impl Settings {
@@ -128,6 +138,13 @@ impl Settings {
             s5_secs: 1.0,
             s5_pairs: 2_000_000,
             s5_mem_locks: 100_000,
+            s6_workers: vec![8, 32],
+            s6_limit: 4,
+            s6_mix: vec![1, 1, 2, 3],
+            s6_hold: Duration::from_millis(5),
+            s6_secs: 3.0,
+            s6_grace: Duration::from_secs(3),
+            s6_max_grants: 1_000_000,
         };
         match mode {
             Mode::Smoke => Settings {
@@ -151,6 +168,10 @@ impl Settings {
                 s5_secs: 0.3,
                 s5_pairs: 32,
                 s5_mem_locks: 100,
+                s6_workers: vec![8],
+                s6_secs: 0.1,
+                s6_grace: Duration::from_millis(1500),
+                s6_max_grants: 20,
                 ..full
             },
             Mode::Full { scale } => {
@@ -165,6 +186,7 @@ impl Settings {
                     s3_trials: n(10),
                     s4_trials: n(10),
                     s5_secs: full.s5_secs * s,
+                    s6_secs: full.s6_secs * s,
                     ..full
                 }
             }
@@ -176,7 +198,7 @@ impl Settings {
             "1a: {} conns x {} pairs per pipeline, {:.2} s per run, {} rounds; 1b: {} clients, \
              {:.2} s per run, {} rounds; 2: writers {:?}, hold {:?}, window {:.2} s; 3: {} readers, hold {:?}, {} \
              trials, bound {:?}; 4: ttl {:?}, {} trials; 5: readers {:?}, waiters {:?}, {} locks \
-             for memory",
+             for memory; 6: workers {:?}, limit {}, permits {:?} in turn, hold {:?}, window {:.2} s",
             self.s1_conns,
             self.s1_pipeline_pairs,
             self.s1_secs,
@@ -195,7 +217,12 @@ impl Settings {
             self.s4_trials,
             self.s5_readers,
             self.s5_waiters,
-            self.s5_mem_locks
+            self.s5_mem_locks,
+            self.s6_workers,
+            self.s6_limit,
+            self.s6_mix,
+            self.s6_hold,
+            self.s6_secs
         )
     }
 }
@@ -352,11 +379,16 @@ fn the_contenders() -> Vec<String> {
         .map(|c| {
             let k = c.caps();
             format!(
-                "**{}** ({}): waiting: {}; read mode: {}; bounded wait: {}; lease unit: {}; fencing tokens: {}",
+                "**{}** ({}): waiting: {}; read mode: {}; semaphore: {}; bounded wait: {}; lease unit: {}; fencing tokens: {}",
                 c.name(),
                 k.language,
                 k.wait,
                 if k.read_mode { "yes" } else { "no" },
+                match c {
+                    Contender::Module => "yes (SEMAPHORE.*, FIFO, permits of any size)",
+                    Contender::Seed => "yes (client-side Lua: sorted set of holders + permits hash, polling, no queue)",
+                    _ => "no",
+                },
                 if k.bounded_wait { "yes" } else { "no (acquire blocks until granted)" },
                 if k.ttl_unit_ms == 1 { "1 ms" } else { "whole seconds" },
                 if k.fencing_tokens { "yes" } else { "no" },
@@ -411,7 +443,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
     let mut rows = Vec::new();
     let mut loads = Vec::new();
     let mut max_share: f64 = 0.0;
-    for n in 1..=5u32 {
+    for n in 1..=6u32 {
         if !(cfg.only.is_empty() || cfg.only.contains(&n)) {
             continue;
         }
@@ -429,7 +461,8 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             2 => rt.block_on(s2_handoff::run(&ctx, &st)),
             3 => rt.block_on(s3_flood::run(&ctx, &st)),
             4 => rt.block_on(s4_lapse::run(&ctx, &st)),
-            _ => rt.block_on(s5_scale::run(&ctx, &st)),
+            5 => rt.block_on(s5_scale::run(&ctx, &st)),
+            _ => rt.block_on(s6_semaphore::run(&ctx, &st)),
         }));
         rows.extend(r.unwrap_or_else(|_| {
             vec![Row::new(&n.to_string(), "scenario failed", "-", "")

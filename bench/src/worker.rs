@@ -60,16 +60,25 @@ pub struct Job {
     pub announce: bool,
     /// Record every request's times (else only count grants).
     pub record: bool,
+    /// Semaphore mode: the semaphore's limit and this worker's permits per hold.
+    pub limit: u32,
+    pub permits: u32,
 }
 
 impl Job {
     /// One acquire, waiting up to `wait_s`, no hold, ending by `wait_s + 5 s`.
     pub fn once(c: Contender, ctx: &Ctx, key: &str, mode: Mode, wait_s: f64) -> Job {
+        let (limit, permits) = match mode {
+            Mode::Semaphore { limit, permits } => (limit, permits),
+            _ => (0, 1),
+        };
         Job {
             lib: c.name(),
             port: ctx.port,
             key: key.into(),
             mode: mode.word(),
+            limit,
+            permits,
             ttl_ms: 10_000,
             hold_ms: 0.0,
             repeat: false,
@@ -338,10 +347,13 @@ async fn rust_worker(
     mut lines: mpsc::UnboundedReceiver<String>,
     events: mpsc::UnboundedSender<Result<Event, String>>,
 ) {
-    let mode = if job.mode == "read" {
-        Mode::Read
-    } else {
-        Mode::Write
+    let mode = match job.mode {
+        "read" => Mode::Read,
+        "semaphore" => Mode::Semaphore {
+            limit: job.limit,
+            permits: job.permits,
+        },
+        _ => Mode::Write,
     };
     let mut cl = match Client::connect(who, &client, &scripts).await {
         Ok(c) => c,

@@ -2,7 +2,8 @@
 //! redis-server with the module on 127.0.0.1, the Python peers from the bench's venv) and
 //! checks that every scenario has a figure for every contender that can run it and a
 //! "cannot" for the ones that cannot, that no figure is an error, that targets are judged,
-//! and that the three output files are written.
+//! that no semaphore ever had more permits held than its limit, and that the three output
+//! files are written.
 
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ fn smoke_run_measures_every_contender_in_every_scenario_it_supports() {
     let cannot = |n: &'static str, who: Contender| {
         in_scenario(n).any(|r| matches!(r.get(who.name()), Val::Cannot(_)))
     };
-    for n in ["1a", "1b", "2", "3", "4", "5"] {
+    for n in ["1a", "1b", "2", "3", "4", "5", "6"] {
         assert!(in_scenario(n).count() > 0, "scenario {n} missing");
         // 1b is information: the client's language sets its pace.
         assert!(
@@ -77,6 +78,32 @@ fn smoke_run_measures_every_contender_in_every_scenario_it_supports() {
             cannot("3", c),
             !reads,
             "scenario 3 marks {} as unable",
+            c.name()
+        );
+        let sem = c.caps().semaphore;
+        assert_eq!(measured("6", c), sem, "scenario 6 and {}", c.name());
+        assert_eq!(
+            cannot("6", c),
+            !sem,
+            "scenario 6 marks {} as unable",
+            c.name()
+        );
+    }
+    // The harness's own check of the semaphores: some permits were held, never above the limit.
+    let held = in_scenario("6")
+        .find(|r| r.metric == "permits held at once, max")
+        .expect("scenario 6 reports the permits held at once");
+    for c in [Contender::Module, Contender::Seed] {
+        assert!(
+            held.get(c.name()).num().is_some_and(|x| x >= 1.0),
+            "{}: {:?}",
+            c.name(),
+            held.get(c.name())
+        );
+        assert_eq!(
+            held.met_by(c.name()),
+            Some(true),
+            "{} held more than the limit",
             c.name()
         );
     }

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use redis::RedisError;
 
+use crate::error::Error;
+use crate::lease_status::LossReason;
 use crate::retry::{Backoff, Failure, RetryPolicy};
-use crate::{Error, LossReason};
 
 /// How long an acquisition may wait for the lock.
 ///

@@ -24,10 +24,13 @@ use tokio::runtime::Runtime;
 
 use redis::{Cmd, FromRedisValue};
 
-use crate::{
-    ElectionOptions, LeaderInfo, Leadership, LeaseStatus, LockInfo, LockMode, LockOptions,
-    LossReason, ObserverOptions, Result, SemaphoreInfo, Wait,
-};
+use crate::acquire::Wait;
+use crate::error::Result;
+use crate::leader::{ElectionOptions, LeaderInfo, Leadership, ObserverOptions};
+use crate::lease_status::{LeaseStatus, LossReason};
+use crate::lock_info::{LockInfo, LockMode};
+use crate::lock_options::LockOptions;
+use crate::semaphore_info::SemaphoreInfo;
 
 fn runtime() -> Result<Arc<Runtime>> {
     Ok(Arc::new(
@@ -49,7 +52,7 @@ fn runtime() -> Result<Arc<Runtime>> {
 #[derive(Clone)]
 pub struct Client {
     rt: Arc<Runtime>,
-    conn: crate::Client,
+    conn: crate::client::Client,
 }
 
 impl std::fmt::Debug for Client {
@@ -69,7 +72,7 @@ impl Client {
     /// ```
     pub fn open(url: &str) -> Result<Client> {
         let rt = runtime()?;
-        let conn = rt.block_on(crate::Client::open(url))?;
+        let conn = rt.block_on(crate::client::Client::open(url))?;
         Ok(Client { rt, conn })
     }
 
@@ -84,7 +87,7 @@ impl Client {
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<Client> {
         let rt = runtime()?;
-        let conn = rt.block_on(crate::Client::cluster(nodes))?;
+        let conn = rt.block_on(crate::client::Client::cluster(nodes))?;
         Ok(Client { rt, conn })
     }
 
@@ -93,7 +96,7 @@ impl Client {
     /// ```no_run
     /// # fn f(c: &redis_lease_client::blocking::Client) { let inner = c.async_client(); }
     /// ```
-    pub fn async_client(&self) -> &crate::Client {
+    pub fn async_client(&self) -> &crate::client::Client {
         &self.conn
     }
 
@@ -171,7 +174,7 @@ impl Client {
 #[derive(Clone, Debug)]
 pub struct RwLock {
     rt: Arc<Runtime>,
-    inner: crate::RwLock,
+    inner: crate::lock::RwLock,
 }
 
 impl RwLock {
@@ -223,7 +226,7 @@ impl RwLock {
         self
     }
 
-    fn wrap(&self, g: Option<crate::LockGuard>) -> Option<LockGuard> {
+    fn wrap(&self, g: Option<crate::guard::LockGuard>) -> Option<LockGuard> {
         g.map(|g| LockGuard {
             rt: self.rt.clone(),
             inner: Some(g),
@@ -336,11 +339,11 @@ impl RwLock {
 #[derive(Debug)]
 pub struct LockGuard {
     rt: Arc<Runtime>,
-    inner: Option<crate::LockGuard>,
+    inner: Option<crate::guard::LockGuard>,
 }
 
 impl LockGuard {
-    fn g(&self) -> &crate::LockGuard {
+    fn g(&self) -> &crate::guard::LockGuard {
         self.inner.as_ref().expect("guard present until release")
     }
 
@@ -486,7 +489,7 @@ impl Drop for LockGuard {
 #[derive(Clone, Debug)]
 pub struct Semaphore {
     rt: Arc<Runtime>,
-    inner: crate::Semaphore,
+    inner: crate::semaphore::Semaphore,
 }
 
 impl Semaphore {
@@ -532,7 +535,7 @@ impl Semaphore {
         self
     }
 
-    fn wrap(&self, g: crate::SemaphoreGuard) -> SemaphoreGuard {
+    fn wrap(&self, g: crate::semaphore_guard::SemaphoreGuard) -> SemaphoreGuard {
         SemaphoreGuard {
             rt: self.rt.clone(),
             inner: Some(g),
@@ -610,11 +613,11 @@ impl Semaphore {
 #[derive(Debug)]
 pub struct SemaphoreGuard {
     rt: Arc<Runtime>,
-    inner: Option<crate::SemaphoreGuard>,
+    inner: Option<crate::semaphore_guard::SemaphoreGuard>,
 }
 
 impl SemaphoreGuard {
-    fn g(&self) -> &crate::SemaphoreGuard {
+    fn g(&self) -> &crate::semaphore_guard::SemaphoreGuard {
         self.inner.as_ref().expect("guard present until release")
     }
 
@@ -733,7 +736,7 @@ impl Drop for SemaphoreGuard {
 #[derive(Clone, Debug)]
 pub struct LeaderElector {
     rt: Arc<Runtime>,
-    inner: crate::LeaderElector,
+    inner: crate::leader::LeaderElector,
 }
 
 impl LeaderElector {
@@ -804,11 +807,11 @@ impl LeaderElector {
 #[derive(Debug)]
 pub struct Election {
     rt: Arc<Runtime>,
-    inner: Option<crate::Election>,
+    inner: Option<crate::leader::Election>,
 }
 
 impl Election {
-    fn e(&self) -> &crate::Election {
+    fn e(&self) -> &crate::leader::Election {
         self.inner.as_ref().expect("election present until resign")
     }
 
@@ -915,7 +918,7 @@ impl Drop for Election {
 #[derive(Debug)]
 pub struct LeaderObserver {
     rt: Arc<Runtime>,
-    inner: crate::LeaderObserver,
+    inner: crate::leader::LeaderObserver,
 }
 
 impl LeaderObserver {

@@ -20,9 +20,10 @@ use redis::{
 };
 use tokio::sync::watch;
 
+use crate::error::{Error, InvalidArgument, Result};
+use crate::reply;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
 use crate::sentinel_url;
-use crate::{Error, InvalidArgument, Result};
 
 /// How many idle dedicated connections (for blocking `WAIT` requests) are kept for reuse.
 const MAX_IDLE_DEDICATED: usize = 8;
@@ -748,26 +749,25 @@ impl Client {
     /// The address of the master owning `key`'s slot (cluster only).
     async fn node_of(&self, key: &str) -> Result<(String, u16)> {
         let bad = |what: &str| Error::Protocol(format!("CLUSTER reply: {what}"));
-        let slot = crate::reply::int(
+        let slot = reply::int(
             &self
                 .query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
                 .await?,
         )
         .ok_or_else(|| bad("KEYSLOT"))?;
         let slots = self.query(redis::cmd("CLUSTER").arg("SLOTS")).await?;
-        for range in crate::reply::array(slots).ok_or_else(|| bad("SLOTS"))? {
-            let items = crate::reply::array(range).ok_or_else(|| bad("SLOTS range"))?;
+        for range in reply::array(slots).ok_or_else(|| bad("SLOTS"))? {
+            let items = reply::array(range).ok_or_else(|| bad("SLOTS range"))?;
             if items.len() < 3 {
                 continue;
             }
-            let lo = crate::reply::int(&items[0]).ok_or_else(|| bad("SLOTS start"))?;
-            let hi = crate::reply::int(&items[1]).ok_or_else(|| bad("SLOTS end"))?;
+            let lo = reply::int(&items[0]).ok_or_else(|| bad("SLOTS start"))?;
+            let hi = reply::int(&items[1]).ok_or_else(|| bad("SLOTS end"))?;
             if (lo..=hi).contains(&slot) {
-                let node =
-                    crate::reply::array(items[2].clone()).ok_or_else(|| bad("SLOTS node"))?;
+                let node = reply::array(items[2].clone()).ok_or_else(|| bad("SLOTS node"))?;
                 if node.len() >= 2 {
-                    let host = crate::reply::text(&node[0]).ok_or_else(|| bad("SLOTS host"))?;
-                    let port = crate::reply::int(&node[1]).ok_or_else(|| bad("SLOTS port"))?;
+                    let host = reply::text(&node[0]).ok_or_else(|| bad("SLOTS host"))?;
+                    let port = reply::int(&node[1]).ok_or_else(|| bad("SLOTS port"))?;
                     return Ok((host, port as u16));
                 }
             }

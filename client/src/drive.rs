@@ -11,11 +11,12 @@ use crate::acquire::{
     Acquisition, Confirmation, Grant, HoldView, Outcome, Reply, ServerWait, Step, Wait,
 };
 use crate::client::Client;
-use crate::guard::InflightCleanup;
+use crate::error::Result;
 use crate::lease::{self, renew_once, split_acked, LeaseTiming, Renewal, Renewer};
+use crate::lease_status::LossReason;
+use crate::release::InflightCleanup;
 use crate::reply;
 use crate::retry::{classify, Failure, RetryPolicy};
-use crate::{LossReason, Result};
 
 /// What one kind of hold tells the driver.
 pub(crate) trait Shell {

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::lease_status::LossReason;
+
 /// Everything that can go wrong in this crate.
 ///
 /// Transient failures (a lost connection, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`,
@@ -101,7 +103,7 @@ pub enum Error {
     /// The lease was lost: it could no longer be renewed before it would lapse, or the server
     /// answered that the owner holds nothing any more.
     #[error("lease lost: {0}")]
-    LeaseLost(crate::LossReason),
+    LeaseLost(LossReason),
 
     /// The campaign of an [`Election`](crate::Election) stopped for good.
     #[error("campaign stopped: {0}")]

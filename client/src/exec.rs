@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use redis::{Arg, Cmd, FromRedisValue, Value};
 
 use crate::client::Client;
+use crate::error::{Error, InvalidArgument, Result};
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
-use crate::{Error, Result};
 
 /// `LEASE.EXEC key token` followed by every argument of `cmd` (its name first).
 pub(crate) fn exec_cmd(key: &str, token: u64, cmd: &Cmd) -> Result<Cmd> {
@@ -21,14 +21,14 @@ pub(crate) fn exec_cmd(key: &str, token: u64, cmd: &Cmd) -> Result<Cmd> {
                 any = true;
             }
             _ => {
-                return Err(Error::InvalidArgument(crate::InvalidArgument::Unsupported(
+                return Err(Error::InvalidArgument(InvalidArgument::Unsupported(
                     "a cursor command inside LEASE.EXEC",
                 )))
             }
         }
     }
     if !any {
-        return Err(Error::InvalidArgument(crate::InvalidArgument::Unsupported(
+        return Err(Error::InvalidArgument(InvalidArgument::Unsupported(
             "LEASE.EXEC needs a command",
         )));
     }

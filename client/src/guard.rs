@@ -1,4 +1,4 @@
-//! A held lock ([`LockGuard`]), its upgrade and downgrade, and giving holds back.
+//! A held lock ([`LockGuard`]), its upgrade and downgrade.
 
 use std::fmt;
 use std::time::Instant;
@@ -7,112 +7,14 @@ use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
 
 use crate::acquire::Wait;
-use crate::client::Client;
 use crate::drive::Held;
+use crate::error::{Error, Result};
 use crate::exec;
 use crate::held::Lease;
-use crate::lease::LeaseStatus;
-use crate::lock::RwLock;
+use crate::lease_status::{LeaseStatus, LossReason};
 use crate::lock_info::LockMode;
-use crate::reply;
-use crate::retry::RetryPolicy;
-use crate::{Error, LossReason, Result};
-
-/// How many holds of an owner to give back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// Release until the server answers 0 (at most 64 times): every hold of an owner that is
-    /// ours alone, including a surplus one a lost reply may have left.
-    Sweep,
-    /// At most this many releases (an `RWLOCK.UNLOCK` gives back one hold, the write hold
-    /// first; a `SEMAPHORE.RELEASE` all of the owner's permits).
-    Times(u32),
-}
-
-/// `RWLOCK.UNLOCK key owner`.
-pub(crate) fn unlock_cmd(key: &str, owner: &str) -> Cmd {
-    redis::cmd("RWLOCK.UNLOCK").arg(key).arg(owner).to_owned()
-}
-
-/// Sends `cmd` (a release that answers 1 or 0) as `how` says; answers how many it released.
-pub(crate) async fn give_back(
-    client: &Client,
-    cmd: &Cmd,
-    policy: RetryPolicy,
-    how: Release,
-) -> Result<u64> {
-    let times = match how {
-        Release::Sweep => 64,
-        Release::Times(n) => n,
-    };
-    let mut released = 0;
-    for _ in 0..times {
-        let v = client.query_retry(cmd, None, policy).await?;
-        match reply::int(&v) {
-            Some(1) => released += 1,
-            Some(0) => break,
-            _ => return Err(Error::Protocol(format!("a release answered {v:?}"))),
-        }
-    }
-    Ok(released)
-}
-
-/// Gives back holds of `owner` on the lock `key`; answers how many were released.
-pub(crate) async fn unlock(
-    client: &Client,
-    key: &str,
-    owner: &str,
-    policy: RetryPolicy,
-    how: Release,
-) -> Result<u64> {
-    give_back(client, &unlock_cmd(key, owner), policy, how).await
-}
-
-/// Releases what an interrupted acquisition may have left behind (a request cancelled or
-/// failed while its outcome was unknown), in the background, when armed.
-pub(crate) struct InflightCleanup {
-    client: Client,
-    release: Cmd,
-    how: Release,
-    armed: bool,
-}
-
-impl InflightCleanup {
-    /// A cleanup that sends `release` as `how` says.
-    pub(crate) fn new(client: &Client, release: Cmd, how: Release) -> Self {
-        InflightCleanup {
-            client: client.clone(),
-            release,
-            how,
-            armed: false,
-        }
-    }
-
-    /// A lock's cleanup: `RWLOCK.UNLOCK` until 0.
-    pub(crate) fn unlock(client: &Client, key: &str, owner: &str) -> Self {
-        InflightCleanup::new(client, unlock_cmd(key, owner), Release::Sweep)
-    }
-
-    pub(crate) fn set_armed(&mut self, armed: bool) {
-        self.armed = armed;
-    }
-}
-
-impl Drop for InflightCleanup {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            let cmd = std::mem::replace(&mut self.release, Cmd::new());
-            let how = self.how;
-            handle.spawn(async move {
-                let _ = give_back(&client, &cmd, RetryPolicy::default(), how).await;
-            });
-        }
-    }
-}
+use crate::lock_key::LockKey;
+use crate::release::{InflightCleanup, Release};
 
 /// A held lock. Its watchdog renews the lease (every third of the ttl by default) for as long as
 /// the guard lives.
@@ -141,8 +43,8 @@ impl Drop for InflightCleanup {
 /// # Ok(()) }
 /// ```
 pub struct LockGuard {
-    /// The lock, with this guard's owner.
-    lock: RwLock,
+    /// The lock's key and options.
+    lock: LockKey,
     owner: String,
     /// Release with `UNLOCK` until the server answers 0 (the owner is ours alone and a
     /// surplus hold may exist: an earlier request's outcome was unknown, or the cluster
@@ -159,7 +61,7 @@ pub struct LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.lock.key())
+            .field("key", &self.lock.key)
             .field("owner", &self.owner)
             .field("mode", &self.mode)
             .field("token", &self.token)
@@ -170,7 +72,7 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(
-        lock: RwLock,
+        lock: LockKey,
         owner: String,
         mode: LockMode,
         held: Held,
@@ -220,7 +122,7 @@ impl LockGuard {
     /// # fn f(g: &redis_lease_client::LockGuard) { println!("{}", g.key()); }
     /// ```
     pub fn key(&self) -> &str {
-        self.lock.key()
+        &self.lock.key
     }
 
     /// The current lease status (a time-checked view: a `Held` whose bound has passed is
@@ -312,7 +214,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let client = self.lock.client();
+        let client = &self.lock.client;
         let deadline = exec::deadline(self.valid_until(), client.command_timeout());
         let out = exec::exec(
             client,
@@ -320,7 +222,7 @@ impl LockGuard {
             self.token,
             cmd,
             deadline,
-            self.lock.options().retry,
+            self.lock.opts.retry,
         )
         .await;
         if matches!(out, Err(Error::Fenced(_))) && self.mode == LockMode::Write {
@@ -350,9 +252,9 @@ impl LockGuard {
             return Ok(true);
         }
         self.check()?;
-        let acks = self.lock.options().acks();
+        let acks = self.lock.opts.acks();
         // Never swept on interruption: that would give back the read hold too.
-        let mut cleanup = InflightCleanup::unlock(self.lock.client(), self.key(), &self.owner);
+        let mut cleanup = InflightCleanup::unlock(&self.lock.client, &self.lock.key, &self.owner);
         match self
             .lock
             .drive(
@@ -397,7 +299,8 @@ impl LockGuard {
         if self.holds < 2 {
             // Take the read hold under the write hold (granted at once: a reentrant request
             // of the holder). It adds no exclusivity, so no replica acknowledgement is needed.
-            let mut cleanup = InflightCleanup::unlock(self.lock.client(), self.key(), &self.owner);
+            let mut cleanup =
+                InflightCleanup::unlock(&self.lock.client, &self.lock.key, &self.owner);
             self.lock
                 .drive(
                     LockMode::Read,
@@ -412,14 +315,7 @@ impl LockGuard {
             self.holds += 1;
         }
         // Give back the write hold (UNLOCK takes the write hold first).
-        unlock(
-            self.lock.client(),
-            self.lock.key(),
-            &self.owner,
-            self.lock.release_policy(),
-            Release::Times(1),
-        )
-        .await?;
+        self.lock.unlock(&self.owner, Release::Times(1)).await?;
         self.holds -= 1;
         self.mode = LockMode::Read;
         Ok(())
@@ -435,14 +331,7 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<bool> {
         self.lease.stop();
-        let n = unlock(
-            self.lock.client(),
-            self.lock.key(),
-            &self.owner,
-            self.lock.release_policy(),
-            self.how(),
-        )
-        .await?;
+        let n = self.lock.unlock(&self.owner, self.how()).await?;
         Ok(n > 0)
     }
 
@@ -465,14 +354,7 @@ impl Drop for LockGuard {
             let owner = std::mem::take(&mut self.owner);
             let how = self.how();
             handle.spawn(async move {
-                let _ = unlock(
-                    lock.client(),
-                    lock.key(),
-                    &owner,
-                    lock.release_policy(),
-                    how,
-                )
-                .await;
+                let _ = lock.unlock(&owner, how).await;
             });
         }
     }

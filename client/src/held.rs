@@ -7,9 +7,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::client::Client;
-use crate::lease::{self, LeaseStatus, LeaseTiming, Renewer};
+use crate::error::{Error, Result};
+use crate::lease::{self, LeaseTiming, Renewer};
+use crate::lease_status::{LeaseStatus, LossReason};
 use crate::retry::RetryPolicy;
-use crate::{Error, LossReason, Result};
 
 /// A held lease and its running watchdog.
 pub(crate) struct Lease {

@@ -10,12 +10,12 @@ use tokio::task::JoinHandle;
 use crate::acquire::ServerWait;
 use crate::client::Client;
 use crate::drive::send_acquire;
-use crate::lease::{
-    self, renew_once, Acks, LeaseStatus, LeaseTiming, LossReason, Renewal, Renewer,
-};
+use crate::error::{CampaignError, Error, Result};
+use crate::exec;
+use crate::lease::{self, renew_once, Acks, LeaseTiming, Renewal, Renewer};
+use crate::lease_status::{LeaseStatus, LossReason};
 use crate::reply;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
-use crate::{CampaignError, Error, Result};
 
 /// Settings of a [`LeaderElector`].
 ///
@@ -585,8 +585,8 @@ impl Election {
             ));
         };
         let e = &self.elector;
-        let deadline = crate::exec::deadline(l.valid_until, e.client.command_timeout());
-        crate::exec::exec(&e.client, &e.key, term, cmd, deadline, e.opts.retry).await
+        let deadline = exec::deadline(l.valid_until, e.client.command_timeout());
+        exec::exec(&e.client, &e.key, term, cmd, deadline, e.opts.retry).await
     }
 
     /// Stops campaigning (and leading), then sends `LEADER.RESIGN` so that the next candidate

@@ -1,84 +1,16 @@
 //! Lease bookkeeping shared by locks and elections: the local validity bound and the watchdog
 //! that renews a lease until it is released or lost.
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 use tokio::sync::watch;
 
 use crate::client::Client;
+use crate::error::{InvalidArgument, Result};
+use crate::lease_status::{LeaseStatus, LossReason};
+use crate::reply;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
-
-/// Why a lease was lost.
-///
-/// ```
-/// use redis_lease_client::LossReason;
-/// assert_eq!(LossReason::Expired.to_string(), "it could not be renewed before it would lapse");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// No renewal succeeded before the local validity bound passed (the server was unreachable,
-    /// paused or too slow). The server may still count the hold for a few milliseconds more,
-    /// but nobody else can have been granted it yet.
-    Expired,
-    /// The server answered that this owner holds nothing any more (the lease lapsed on the
-    /// server, or the key was deleted).
-    Revoked,
-    /// A renewal was answered with an error that retrying cannot fix.
-    Failed,
-    /// No renewal reached the replicas asked for
-    /// ([`LockOptions::replicas`](crate::LockOptions::replicas)) before the last confirmed
-    /// bound passed, so a failover could lose the lease.
-    NotReplicated,
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::Expired => "it could not be renewed before it would lapse",
-            LossReason::Revoked => "the server no longer counts this holder",
-            LossReason::Failed => "a renewal failed with a permanent error",
-            LossReason::NotReplicated => "no renewal reached enough replicas in time",
-        })
-    }
-}
-
-/// The state of a lease, as seen by its holder.
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use redis_lease_client::{LeaseStatus, LossReason};
-///
-/// let s = LeaseStatus::Held { valid_until: Instant::now() + Duration::from_secs(1) };
-/// assert!(s.is_held());
-/// assert!(!LeaseStatus::Lost(LossReason::Expired).is_held());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseStatus {
-    /// Held; certainly valid until `valid_until` (a local instant: the moment the last granting
-    /// or renewing request was sent, plus the ttl, minus the drift margin).
-    Held {
-        /// Until when the lease is certainly still valid on the server.
-        valid_until: Instant,
-    },
-    /// Lost; the protected work must stop.
-    Lost(LossReason),
-    /// Released by its holder.
-    Released,
-}
-
-impl LeaseStatus {
-    /// Whether the lease is (still) held.
-    ///
-    /// ```
-    /// assert!(!redis_lease_client::LeaseStatus::Released.is_held());
-    /// ```
-    pub fn is_held(&self) -> bool {
-        matches!(self, LeaseStatus::Held { .. })
-    }
-}
 
 /// Lease timing: ttl, renewal period and drift margin. Checked when it is built: a
 /// `LeaseTiming` always leaves room for a renewal before its validity bound.
@@ -117,7 +49,7 @@ impl LeaseTiming {
     /// assert_eq!(t.renew_every().as_millis(), 300);
     /// # Ok::<(), redis_lease_client::Error>(())
     /// ```
-    pub fn new(ttl: Duration) -> crate::Result<Self> {
+    pub fn new(ttl: Duration) -> Result<Self> {
         LeaseTiming {
             ttl,
             renew_every: ttl / 3,
@@ -136,7 +68,7 @@ impl LeaseTiming {
     /// assert_eq!(t.renew_every(), Duration::from_millis(100));
     /// # Ok::<(), redis_lease_client::Error>(())
     /// ```
-    pub fn with_renew_every(mut self, renew_every: Duration) -> crate::Result<Self> {
+    pub fn with_renew_every(mut self, renew_every: Duration) -> Result<Self> {
         self.renew_every = renew_every;
         self.checked()
     }
@@ -150,7 +82,7 @@ impl LeaseTiming {
     /// assert_eq!(t.margin(), Duration::from_millis(510));
     /// # Ok::<(), redis_lease_client::Error>(())
     /// ```
-    pub fn with_drift(mut self, factor: f64, floor: Duration) -> crate::Result<Self> {
+    pub fn with_drift(mut self, factor: f64, floor: Duration) -> Result<Self> {
         self.drift_factor = factor;
         self.drift_floor = floor;
         self.checked()
@@ -205,8 +137,7 @@ impl LeaseTiming {
         (sent + ttl).checked_sub(self.margin()).unwrap_or(sent)
     }
 
-    fn checked(self) -> crate::Result<Self> {
-        use crate::InvalidArgument;
+    fn checked(self) -> Result<Self> {
         if self.ttl < Duration::from_millis(1) {
             return Err(InvalidArgument::Ttl(self.ttl).into());
         }
@@ -269,9 +200,7 @@ pub(crate) fn split_acked(replies: Vec<Value>) -> redis::RedisResult<(Value, u32
     let mut it = replies.into_iter();
     let first = it.next().unwrap_or(Value::Nil).extract_error()?;
     let acked = it.last().unwrap_or(Value::Nil).extract_error()?;
-    let acked = crate::reply::int(&acked)
-        .unwrap_or(0)
-        .clamp(0, u32::MAX as i64) as u32;
+    let acked = reply::int(&acked).unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
     Ok((first, acked))
 }
 

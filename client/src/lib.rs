@@ -79,13 +79,18 @@ mod guard;
 mod held;
 mod leader;
 mod lease;
+mod lease_status;
 mod lock;
 mod lock_info;
+mod lock_key;
+mod lock_options;
+mod release;
 mod reply;
 mod retry;
 mod semaphore;
 mod semaphore_guard;
 mod semaphore_info;
+mod semaphore_key;
 mod sentinel_url;
 
 pub use acquire::Wait;
@@ -96,9 +101,11 @@ pub use leader::{
     Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
     ObserverOptions,
 };
-pub use lease::{LeaseStatus, LeaseTiming, LossReason};
-pub use lock::{LockOptions, RwLock};
+pub use lease::LeaseTiming;
+pub use lease_status::{LeaseStatus, LossReason};
+pub use lock::RwLock;
 pub use lock_info::{Holder, LockInfo, LockMode};
+pub use lock_options::LockOptions;
 pub use retry::RetryPolicy;
 pub use semaphore::Semaphore;
 pub use semaphore_guard::SemaphoreGuard;

@@ -1,63 +1,19 @@
-//! Distributed read-write locks (`RWLOCK.*`): the lock, its options, and what the acquisition
-//! driver ([`crate::drive`]) needs to know of `RWLOCK.*LOCK` and `RWLOCK.INFO`.
+//! Distributed read-write locks (`RWLOCK.*`): the lock, which hands out [`LockGuard`]s.
 
+use std::fmt;
 use std::time::Duration;
 
-use redis::Cmd;
-
-use crate::acquire::{HoldView, Wait};
+use crate::acquire::Wait;
 use crate::client::Client;
-use crate::drive::{self, Held, Shell};
-use crate::guard::{unlock, InflightCleanup, LockGuard, Release};
+use crate::drive::Held;
+use crate::error::Result;
+use crate::guard::LockGuard;
 use crate::held::Lease;
-use crate::lease::{Acks, LeaseTiming, Renewer};
+use crate::lease::LeaseTiming;
 use crate::lock_info::{LockInfo, LockMode};
-use crate::retry::{classify, Failure, RetryPolicy};
-use crate::Result;
-
-/// Settings of a [`RwLock`].
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_lease_client::{LockOptions, LeaseTiming};
-/// let opts = LockOptions { timing: LeaseTiming::new(Duration::from_secs(5))?, ..Default::default() };
-/// assert_eq!(opts.timing.ttl(), Duration::from_secs(5));
-/// assert_eq!(opts.replicas, 0);
-/// # Ok::<(), redis_lease_client::Error>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LockOptions {
-    /// Lease ttl, renewal period, drift margin. Default: 10 s ttl.
-    pub timing: LeaseTiming,
-    /// Retry of transient failures.
-    pub retry: RetryPolicy,
-    /// How many replicas must acknowledge each grant and renewal before it counts (default 0:
-    /// none). After each one the client sends `WAIT replicas replica_timeout` on the same
-    /// connection. A grant that too few acknowledged is released and asked for again within
-    /// the caller's deadline, then reported as [`Error::NotReplicated`](crate::Error::NotReplicated);
-    /// a renewal that too few acknowledged does not extend the lease's validity bound, and a
-    /// lease whose bound passes that way is lost with [`LossReason::NotReplicated`](crate::LossReason::NotReplicated).
-    pub replicas: u32,
-    /// How long each `WAIT` for replicas may take (default 1 s).
-    pub replica_timeout: Duration,
-}
-
-impl Default for LockOptions {
-    fn default() -> Self {
-        LockOptions {
-            timing: LeaseTiming::default(),
-            retry: RetryPolicy::default(),
-            replicas: 0,
-            replica_timeout: Duration::from_secs(1),
-        }
-    }
-}
-
-impl LockOptions {
-    pub(crate) fn acks(&self) -> Option<Acks> {
-        Acks::new(self.replicas, self.replica_timeout)
-    }
-}
+use crate::lock_key::LockKey;
+use crate::lock_options::LockOptions;
+use crate::release::InflightCleanup;
 
 /// A distributed read-write lock on one key.
 ///
@@ -94,12 +50,22 @@ impl LockOptions {
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RwLock {
-    client: Client,
-    key: String,
+    lock: LockKey,
     owner: Option<String>,
-    opts: LockOptions,
+}
+
+// Shown flat, as a lock's fields: the key and options it shares with its guards are a detail.
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("client", &self.lock.client)
+            .field("key", &self.lock.key)
+            .field("owner", &self.owner)
+            .field("opts", &self.lock.opts)
+            .finish()
+    }
 }
 
 impl Client {
@@ -125,10 +91,12 @@ impl RwLock {
     /// ```
     pub fn new(client: &Client, key: impl Into<String>) -> RwLock {
         RwLock {
-            client: client.clone(),
-            key: key.into(),
+            lock: LockKey {
+                client: client.clone(),
+                key: key.into(),
+                opts: LockOptions::default(),
+            },
             owner: None,
-            opts: LockOptions::default(),
         }
     }
 
@@ -141,7 +109,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn with_ttl(mut self, ttl: Duration) -> Result<RwLock> {
-        self.opts.timing = LeaseTiming::new(ttl)?;
+        self.lock.opts.timing = LeaseTiming::new(ttl)?;
         Ok(self)
     }
 
@@ -154,7 +122,7 @@ impl RwLock {
     /// # }
     /// ```
     pub fn with_replicas(mut self, replicas: u32) -> RwLock {
-        self.opts.replicas = replicas;
+        self.lock.opts.replicas = replicas;
         self
     }
 
@@ -167,7 +135,7 @@ impl RwLock {
     /// # }
     /// ```
     pub fn with_options(mut self, opts: LockOptions) -> RwLock {
-        self.opts = opts;
+        self.lock.opts = opts;
         self
     }
 
@@ -191,7 +159,7 @@ impl RwLock {
     /// # }
     /// ```
     pub fn key(&self) -> &str {
-        &self.key
+        &self.lock.key
     }
 
     /// The options.
@@ -202,7 +170,7 @@ impl RwLock {
     /// # }
     /// ```
     pub fn options(&self) -> &LockOptions {
-        &self.opts
+        &self.lock.opts
     }
 
     /// Takes a read lock, waiting as long as it takes.
@@ -291,8 +259,9 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn info(&self) -> Result<LockInfo> {
-        let cmd = redis::cmd("RWLOCK.INFO").arg(&self.key).to_owned();
-        LockInfo::parse(self.client.query_retry(&cmd, None, self.opts.retry).await?)
+        let l = &self.lock;
+        let cmd = redis::cmd("RWLOCK.INFO").arg(&l.key).to_owned();
+        LockInfo::parse(l.client.query_retry(&cmd, None, l.opts.retry).await?)
     }
 
     /// Acquires in `mode`, waiting as `wait` says. `Ok(None)`: not granted in time.
@@ -309,141 +278,31 @@ impl RwLock {
             .owner
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let mut cleanup = InflightCleanup::unlock(&self.client, &self.key, &owner);
+        let mut cleanup = InflightCleanup::unlock(&self.lock.client, &self.lock.key, &owner);
         let held = self
+            .lock
             .drive(
                 mode,
                 &owner,
                 generated,
                 wait,
-                self.opts.acks(),
+                self.lock.opts.acks(),
                 &mut cleanup,
             )
             .await?;
         Ok(held.map(|h| self.guard(mode, owner, h)))
     }
 
-    /// The lock as `owner` sees it (for a guard's upgrade and downgrade).
-    pub(crate) fn as_owner(&self, owner: &str) -> RwLock {
-        RwLock {
-            owner: Some(owner.to_string()),
-            ..self.clone()
-        }
-    }
-
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
-
-    pub(crate) fn renewer(&self, owner: &str) -> Renewer {
-        Renewer {
-            cmd: redis::cmd("RWLOCK.RENEW")
-                .arg(&self.key)
-                .arg(owner)
-                .arg(self.opts.timing.ttl_ms())
-                .to_owned(),
-            acks: self.opts.acks(),
-        }
-    }
-
-    /// Runs one acquisition of `mode` by `owner` to its end. `Ok(None)`: not granted in time.
-    pub(crate) async fn drive(
-        &self,
-        mode: LockMode,
-        owner: &str,
-        generated: bool,
-        wait: Wait,
-        acks: Option<Acks>,
-        cleanup: &mut InflightCleanup,
-    ) -> Result<Option<Held>> {
-        let mut renew = self.renewer(owner);
-        renew.acks = acks;
-        let shell = LockShell {
-            lock: self,
-            mode,
-            owner,
-            renew,
-        };
-        drive::drive(&shell, wait, generated, cleanup).await
-    }
-
-    pub(crate) fn release_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            budget: self.opts.timing.ttl(),
-            ..self.opts.retry
-        }
-    }
-
     /// A guard with a running watchdog for a confirmed grant.
     fn guard(&self, mode: LockMode, owner: String, h: Held) -> LockGuard {
+        let l = &self.lock;
         let lease = Lease::start(
-            &self.client,
-            self.renewer(&owner),
-            self.opts.timing,
-            self.opts.retry,
+            &l.client,
+            l.renewer(&owner),
+            l.opts.timing,
+            l.opts.retry,
             h.last_sent,
         );
-        LockGuard::new(self.as_owner(&owner), owner, mode, h, lease)
-    }
-}
-
-/// One acquisition of a lock, as the driver sees it.
-struct LockShell<'a> {
-    lock: &'a RwLock,
-    mode: LockMode,
-    owner: &'a str,
-    renew: Renewer,
-}
-
-impl Shell for LockShell<'_> {
-    fn client(&self) -> &Client {
-        &self.lock.client
-    }
-
-    fn timing(&self) -> LeaseTiming {
-        self.lock.opts.timing
-    }
-
-    fn retry(&self) -> RetryPolicy {
-        self.lock.opts.retry
-    }
-
-    fn renewer(&self) -> &Renewer {
-        &self.renew
-    }
-
-    fn acquire_cmd(&self) -> Cmd {
-        let mut cmd = redis::cmd(match self.mode {
-            LockMode::Read => "RWLOCK.RLOCK",
-            LockMode::Write => "RWLOCK.WLOCK",
-        });
-        cmd.arg(&self.lock.key)
-            .arg(self.owner)
-            .arg(self.lock.opts.timing.ttl_ms());
-        cmd
-    }
-
-    async fn read_hold(&self) -> Result<Option<HoldView>, Failure> {
-        let client = &self.lock.client;
-        let cmd = redis::cmd("RWLOCK.INFO").arg(&self.lock.key).to_owned();
-        let v = client
-            .query_within(&cmd, client.command_timeout())
-            .await
-            .map_err(classify)?;
-        let info = LockInfo::parse(v).map_err(Failure::Fatal)?;
-        Ok(info.hold_of(self.owner, self.mode).map(|h| HoldView {
-            count: h.count,
-            token: h.token,
-        }))
-    }
-
-    async fn give_back(&self, sweep: bool) {
-        let how = if sweep {
-            Release::Sweep
-        } else {
-            Release::Times(1)
-        };
-        let l = self.lock;
-        let _ = unlock(&l.client, &l.key, self.owner, l.release_policy(), how).await;
+        LockGuard::new(l.clone(), owner, mode, h, lease)
     }
 }

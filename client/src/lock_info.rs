@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::error::{Error, InvalidArgument, Result};
 use crate::reply;
-use crate::{Error, InvalidArgument, Result};
 
 /// Read (shared) or write (exclusive).
 ///

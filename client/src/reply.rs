@@ -2,7 +2,7 @@
 
 use redis::Value;
 
-use crate::Error;
+use crate::error::Error;
 
 pub(crate) fn text(v: &Value) -> Option<String> {
     match v {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use crate::Error;
+use crate::error::Error;
 
 /// How transient failures are retried.
 ///

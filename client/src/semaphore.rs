@@ -1,21 +1,18 @@
-//! Counting semaphores (`SEMAPHORE.*`): the semaphore, and what the acquisition driver
-//! ([`crate::drive`]) needs to know of `SEMAPHORE.ACQUIRE` and `SEMAPHORE.INFO`.
+//! Counting semaphores (`SEMAPHORE.*`): the semaphore, which hands out [`SemaphoreGuard`]s.
 
+use std::fmt;
 use std::time::Duration;
 
-use redis::Cmd;
-
-use crate::acquire::{HoldView, Wait};
+use crate::acquire::Wait;
 use crate::client::Client;
-use crate::drive::{self, Shell};
-use crate::guard::{give_back, InflightCleanup, Release};
+use crate::error::{Error, InvalidArgument, Result};
 use crate::held::Lease;
-use crate::lease::{LeaseTiming, Renewer};
-use crate::lock::LockOptions;
-use crate::retry::{classify, Failure, RetryPolicy};
+use crate::lease::LeaseTiming;
+use crate::lock_options::LockOptions;
+use crate::release::{InflightCleanup, Release};
 use crate::semaphore_guard::SemaphoreGuard;
 use crate::semaphore_info::SemaphoreInfo;
-use crate::{Error, InvalidArgument, Result};
+use crate::semaphore_key::SemaphoreKey;
 
 /// The largest limit the module accepts.
 const MAX_LIMIT: u32 = (1 << 31) - 1;
@@ -48,13 +45,24 @@ const MAX_LIMIT: u32 = (1 << 31) - 1;
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Semaphore {
-    client: Client,
-    key: String,
-    limit: u32,
+    sem: SemaphoreKey,
     owner: Option<String>,
-    opts: LockOptions,
+}
+
+// Shown flat, as a semaphore's fields: the key, limit and options it shares with its guards
+// are a detail.
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("client", &self.sem.client)
+            .field("key", &self.sem.key)
+            .field("limit", &self.sem.limit)
+            .field("owner", &self.owner)
+            .field("opts", &self.sem.opts)
+            .finish()
+    }
 }
 
 impl Client {
@@ -81,11 +89,13 @@ impl Semaphore {
     /// ```
     pub fn new(client: &Client, key: impl Into<String>, limit: u32) -> Semaphore {
         Semaphore {
-            client: client.clone(),
-            key: key.into(),
-            limit,
+            sem: SemaphoreKey {
+                client: client.clone(),
+                key: key.into(),
+                limit,
+                opts: LockOptions::default(),
+            },
             owner: None,
-            opts: LockOptions::default(),
         }
     }
 
@@ -98,7 +108,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn with_ttl(mut self, ttl: Duration) -> Result<Semaphore> {
-        self.opts.timing = LeaseTiming::new(ttl)?;
+        self.sem.opts.timing = LeaseTiming::new(ttl)?;
         Ok(self)
     }
 
@@ -111,7 +121,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn with_replicas(mut self, replicas: u32) -> Semaphore {
-        self.opts.replicas = replicas;
+        self.sem.opts.replicas = replicas;
         self
     }
 
@@ -123,7 +133,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn with_options(mut self, opts: LockOptions) -> Semaphore {
-        self.opts = opts;
+        self.sem.opts = opts;
         self
     }
 
@@ -148,7 +158,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn key(&self) -> &str {
-        &self.key
+        &self.sem.key
     }
 
     /// The limit this semaphore asks for.
@@ -159,7 +169,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn limit(&self) -> u32 {
-        self.limit
+        self.sem.limit
     }
 
     /// The options.
@@ -170,7 +180,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn options(&self) -> &LockOptions {
-        &self.opts
+        &self.sem.opts
     }
 
     /// Takes `permits` permits, waiting as long as it takes.
@@ -226,33 +236,28 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn acquire_with(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
-        check(self.limit, permits)?;
+        let s = &self.sem;
+        check(s.limit, permits)?;
         let generated = self.owner.is_none();
         let owner = self
             .owner
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let shell = SemShell {
-            sem: self,
-            owner: &owner,
-            permits,
-            renew: self.renewer(&owner),
-        };
         // One SEMAPHORE.RELEASE gives back every permit of the owner.
-        let mut cleanup =
-            InflightCleanup::new(&self.client, self.release_cmd(&owner), Release::Times(1));
-        let held = drive::drive(&shell, wait, generated, &mut cleanup)
+        let mut cleanup = InflightCleanup::new(&s.client, s.release_cmd(&owner), Release::Times(1));
+        let held = s
+            .drive(&owner, permits, generated, wait, &mut cleanup)
             .await
-            .map_err(|e| typed(e, self.limit, permits))?;
+            .map_err(|e| typed(e, s.limit, permits))?;
         Ok(held.map(|h| {
             let lease = Lease::start(
-                &self.client,
-                self.renewer(&owner),
-                self.opts.timing,
-                self.opts.retry,
+                &s.client,
+                s.renewer(&owner),
+                s.opts.timing,
+                s.opts.retry,
                 h.last_sent,
             );
-            SemaphoreGuard::new(self.clone(), owner, permits, h.token, lease)
+            SemaphoreGuard::new(s.clone(), owner, permits, h.token, lease)
         }))
     }
 
@@ -265,37 +270,9 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn info(&self) -> Result<SemaphoreInfo> {
-        let cmd = redis::cmd("SEMAPHORE.INFO").arg(&self.key).to_owned();
-        SemaphoreInfo::parse(self.client.query_retry(&cmd, None, self.opts.retry).await?)
-    }
-
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
-
-    fn renewer(&self, owner: &str) -> Renewer {
-        Renewer {
-            cmd: redis::cmd("SEMAPHORE.RENEW")
-                .arg(&self.key)
-                .arg(owner)
-                .arg(self.opts.timing.ttl_ms())
-                .to_owned(),
-            acks: self.opts.acks(),
-        }
-    }
-
-    pub(crate) fn release_cmd(&self, owner: &str) -> Cmd {
-        redis::cmd("SEMAPHORE.RELEASE")
-            .arg(&self.key)
-            .arg(owner)
-            .to_owned()
-    }
-
-    pub(crate) fn release_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            budget: self.opts.timing.ttl(),
-            ..self.opts.retry
-        }
+        let s = &self.sem;
+        let cmd = redis::cmd("SEMAPHORE.INFO").arg(&s.key).to_owned();
+        SemaphoreInfo::parse(s.client.query_retry(&cmd, None, s.opts.retry).await?)
     }
 }
 
@@ -334,81 +311,6 @@ fn typed(e: Error, limit: u32, permits: u32) -> Error {
         };
     }
     e
-}
-
-/// One acquisition of permits, as the driver sees it.
-struct SemShell<'a> {
-    sem: &'a Semaphore,
-    owner: &'a str,
-    permits: u32,
-    renew: Renewer,
-}
-
-impl Shell for SemShell<'_> {
-    fn client(&self) -> &Client {
-        &self.sem.client
-    }
-
-    fn timing(&self) -> LeaseTiming {
-        self.sem.opts.timing
-    }
-
-    fn retry(&self) -> RetryPolicy {
-        self.sem.opts.retry
-    }
-
-    fn renewer(&self) -> &Renewer {
-        &self.renew
-    }
-
-    fn acquire_cmd(&self) -> Cmd {
-        let s = self.sem;
-        redis::cmd("SEMAPHORE.ACQUIRE")
-            .arg(&s.key)
-            .arg(self.owner)
-            .arg(s.limit)
-            .arg(s.opts.timing.ttl_ms())
-            .arg("PERMITS")
-            .arg(self.permits)
-            .to_owned()
-    }
-
-    async fn read_hold(&self) -> Result<Option<HoldView>, Failure> {
-        let client = &self.sem.client;
-        let cmd = redis::cmd("SEMAPHORE.INFO").arg(&self.sem.key).to_owned();
-        let v = client
-            .query_within(&cmd, client.command_timeout())
-            .await
-            .map_err(classify)?;
-        let info = SemaphoreInfo::parse(v).map_err(Failure::Fatal)?;
-        // A hold of other permits is not what this request asked for: asking again gets the
-        // server's refusal (PermitsMismatch) instead of adopting it.
-        Ok(info
-            .hold_of(self.owner)
-            .filter(|h| h.permits == self.permits)
-            .map(|h| HoldView {
-                count: 1,
-                token: h.token,
-            }))
-    }
-
-    async fn read_baseline(&self) -> Result<Option<HoldView>, Failure> {
-        // One hold per owner: a retried ACQUIRE is answered the existing hold, so a hold
-        // found after a lost reply is adopted whether it was there before or not.
-        Ok(None)
-    }
-
-    async fn give_back(&self, _sweep: bool) {
-        // One RELEASE gives back the owner's whole hold (a duplicate grant is the same hold).
-        let s = self.sem;
-        let _ = give_back(
-            &s.client,
-            &s.release_cmd(self.owner),
-            s.release_policy(),
-            Release::Times(1),
-        )
-        .await;
-    }
 }
 
 #[cfg(test)]

@@ -6,14 +6,13 @@ use std::time::Instant;
 use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
 
+use crate::error::{Error, Result};
 use crate::exec;
-use crate::guard::{give_back, Release};
 use crate::held::Lease;
-use crate::lease::LeaseStatus;
-use crate::semaphore::Semaphore;
-use crate::{Error, LossReason, Result};
+use crate::lease_status::{LeaseStatus, LossReason};
+use crate::semaphore_key::SemaphoreKey;
 
-/// Permits held on a [`Semaphore`]: one hold, with its own lease and fencing token. Its
+/// Permits held on a [`Semaphore`](crate::Semaphore): one hold, with its own lease and fencing token. Its
 /// watchdog renews the lease (every third of the ttl by default) for as long as the guard
 /// lives, exactly as a [`LockGuard`](crate::LockGuard)'s.
 ///
@@ -36,7 +35,8 @@ use crate::{Error, LossReason, Result};
 /// # Ok(()) }
 /// ```
 pub struct SemaphoreGuard {
-    sem: Semaphore,
+    /// The semaphore's key, limit and options.
+    sem: SemaphoreKey,
     owner: String,
     permits: u32,
     token: u64,
@@ -46,7 +46,7 @@ pub struct SemaphoreGuard {
 impl fmt::Debug for SemaphoreGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SemaphoreGuard")
-            .field("key", &self.sem.key())
+            .field("key", &self.sem.key)
             .field("owner", &self.owner)
             .field("permits", &self.permits)
             .field("token", &self.token)
@@ -57,7 +57,7 @@ impl fmt::Debug for SemaphoreGuard {
 
 impl SemaphoreGuard {
     pub(crate) fn new(
-        sem: Semaphore,
+        sem: SemaphoreKey,
         owner: String,
         permits: u32,
         token: u64,
@@ -105,7 +105,7 @@ impl SemaphoreGuard {
     /// # fn f(g: &redis_lease_client::SemaphoreGuard) { println!("{}", g.key()); }
     /// ```
     pub fn key(&self) -> &str {
-        self.sem.key()
+        &self.sem.key
     }
 
     /// The current lease status (time-checked, as [`LockGuard::status`](crate::LockGuard::status)).
@@ -178,9 +178,9 @@ impl SemaphoreGuard {
     /// # Ok(()) }
     /// ```
     pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let client = self.sem.client();
+        let client = &self.sem.client;
         let deadline = exec::deadline(self.valid_until(), client.command_timeout());
-        let retry = self.sem.options().retry;
+        let retry = self.sem.opts.retry;
         let out = exec::exec(client, self.key(), self.token, cmd, deadline, retry).await;
         if matches!(out, Err(Error::Fenced(_))) {
             self.lease.revoke();
@@ -198,9 +198,7 @@ impl SemaphoreGuard {
     /// ```
     pub async fn release(mut self) -> Result<bool> {
         self.lease.stop();
-        let s = &self.sem;
-        let cmd = s.release_cmd(&self.owner);
-        let n = give_back(s.client(), &cmd, s.release_policy(), Release::Times(1)).await?;
+        let n = self.sem.release(&self.owner).await?;
         Ok(n > 0)
     }
 }
@@ -212,10 +210,9 @@ impl Drop for SemaphoreGuard {
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let sem = self.sem.clone();
-            let cmd = sem.release_cmd(&self.owner);
+            let owner = std::mem::take(&mut self.owner);
             handle.spawn(async move {
-                let policy = sem.release_policy();
-                let _ = give_back(sem.client(), &cmd, policy, Release::Times(1)).await;
+                let _ = sem.release(&owner).await;
             });
         }
     }

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::error::{Error, Result};
 use crate::reply;
-use crate::{Error, Result};
 
 /// One holder in [`SemaphoreInfo`].
 ///

@@ -7,7 +7,7 @@
 //! replicas. The sentinels' own credentials, if they need any, are the query parameters.
 //! Percent-encoding is decoded in every part.
 
-use crate::InvalidArgument;
+use crate::error::InvalidArgument;
 
 /// The default Sentinel port.
 const SENTINEL_PORT: u16 = 26379;

@@ -12,6 +12,7 @@ use redis_lease_core::{Changes, DropReason, Effect, Env, Grants, Keyed, Kind, Mo
 use crate::clock;
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed};
+use crate::ffi::replicate::Owner;
 use crate::ffi::string::RStr;
 use crate::ffi::{notify, replicate};
 use crate::index::Slot;
@@ -23,10 +24,10 @@ use crate::{holdback, schedule, state, text, waiters};
 #[derive(Clone, Copy)]
 pub enum Origin<'a> {
     /// This server (a master): it replicates and counts them. `owner` is the request's own
-    /// owner argument, which replication reuses. `own`: the command is its own effect when
+    /// owner (its argument and its id), whose argument replication reuses. `own`: the command is its own effect when
     /// that effect is all it did (an UNLOCK, RESIGN or RELEASE that handed nothing on), so it
     /// is replicated as it came (replicas apply it as that one effect, see `replay_own`).
-    Here { owner: Option<RStr<'a>>, own: bool },
+    Here { owner: Option<Owner<'a>>, own: bool },
     /// A master or the AOF (LEASE.APPLY): applied as they came.
     Replayed,
 }
@@ -137,7 +138,7 @@ fn log_lapses(ctx: &Ctx, key: RStr, effects: &[Effect]) {
         {
             ctx.log_verbose(&format!(
                 "lease: the lease of '{}' on '{}' lapsed",
-                text::escaped(owner, 128),
+                text::escaped(&owner.bytes(), 128),
                 text::escaped(key.bytes(), 128)
             ));
         }

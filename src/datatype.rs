@@ -5,7 +5,7 @@
 
 use std::ffi::CStr;
 
-use redis_lease_core::{Hold, Kind, Lock};
+use redis_lease_core::{Hold, Id, Kind, Lock};
 use redis_module::native_types::RedisType;
 use redis_module::raw::RedisModuleType;
 
@@ -73,9 +73,9 @@ fn load_lock(io: &mut Io, kind: Kind) -> Option<Lock> {
         0
     };
     let n = io.load_u64().ok()?;
-    let mut holds: Vec<(Vec<u8>, Hold)> = Vec::new();
+    let mut holds: Vec<(Id, Hold)> = Vec::new();
     for _ in 0..n {
-        let owner = io.load_bytes(config::ID_LENGTH_CEILING as usize).ok()?;
+        let owner = Id::from(io.load_bytes(config::ID_LENGTH_CEILING as usize).ok()?);
         let count = |v: u64| u32::try_from(v).ok();
         let hold = Hold {
             reads: count(io.load_u64().ok()?)?,
@@ -91,7 +91,7 @@ fn load_lock(io: &mut Io, kind: Kind) -> Option<Lock> {
     if last > validate::TOKEN_CEILING {
         return None;
     }
-    let view = holds.iter().map(|(o, h)| (o.as_slice(), h));
+    let view = holds.iter().map(|(o, h)| (o, h));
     validate::key(kind, limit, view).ok()?;
     let mut lock = Lock::new();
     lock.observe_token(last);
@@ -110,7 +110,7 @@ fn save_lock(lock: &Lock, kind: Kind) -> Vec<Field<'_>> {
     out.push(Field::U64(lock.holder_count() as u64));
     for h in lock.holders() {
         out.extend([
-            Field::Bytes(h.owner),
+            Field::Id(h.owner),
             Field::U64(h.hold.reads.into()),
             Field::U64(h.hold.writes.into()),
             Field::U64(h.hold.deadline),
@@ -188,7 +188,7 @@ impl<K: Saved> DataType for Stored<K> {
             for h in chunk {
                 args.extend([
                     Field::Bytes(b"HOLD"),
-                    Field::Bytes(h.owner),
+                    Field::Id(h.owner),
                     Field::U64(h.hold.reads.into()),
                     Field::U64(h.hold.writes.into()),
                     Field::U64(h.hold.deadline),

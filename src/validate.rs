@@ -2,7 +2,7 @@
 //! LEASE.APPLY records are checked against these rules before anything is changed, since a
 //! crafted one is client input.
 
-use redis_lease_core::{Hold, Kind};
+use redis_lease_core::{Hold, Id, Kind};
 
 /// The largest token accepted from outside. Real tokens sit near `now_ms * 1000` (about 2^51
 /// today); above 2^62 a payload can only be crafted or corrupt, and accepting it would leave
@@ -13,7 +13,7 @@ pub const TOKEN_CEILING: u64 = 1 << 62;
 pub const DEADLINE_CEILING: u64 = i64::MAX as u64;
 
 /// Why a saved key is refused.
-pub fn hold(kind: Kind, owner: &[u8], h: &Hold) -> Result<(), &'static str> {
+pub fn hold(kind: Kind, owner: &Id, h: &Hold) -> Result<(), &'static str> {
     if owner.is_empty() || owner.len() > crate::config::ID_LENGTH_CEILING as usize {
         return Err("an owner is empty or too long");
     }
@@ -40,7 +40,7 @@ pub fn hold(kind: Kind, owner: &[u8], h: &Hold) -> Result<(), &'static str> {
 pub fn key<'a>(
     kind: Kind,
     limit: u32,
-    holders: impl Iterator<Item = (&'a [u8], &'a Hold)>,
+    holders: impl Iterator<Item = (&'a Id, &'a Hold)>,
 ) -> Result<(), &'static str> {
     let (mut n, mut writers, mut permits) = (0u64, 0u64, 0u64);
     for (owner, h) in holders {
@@ -73,28 +73,24 @@ mod tests {
 
     #[test]
     fn crafted_holds_are_refused() {
+        let (a, b, empty) = (Id::from("a"), Id::from("b"), Id::from(""));
         let ok = h(1, 0, 5);
-        assert!(key(Kind::RwLock, 0, [(&b"a"[..], &ok)].into_iter()).is_ok());
+        assert!(key(Kind::RwLock, 0, [(&a, &ok)].into_iter()).is_ok());
         // Counts whose u32 sum would wrap.
         let huge = h(1 << 31, 1 << 31, 5);
-        assert!(hold(Kind::RwLock, b"a", &huge).is_ok());
-        assert!(hold(Kind::RwLock, b"a", &h(0, 0, 5)).is_err());
-        assert!(hold(Kind::RwLock, b"a", &h(1, 0, TOKEN_CEILING + 1)).is_err());
-        assert!(hold(Kind::RwLock, b"a", &h(1, 0, 0)).is_err());
-        assert!(hold(Kind::RwLock, b"", &ok).is_err());
+        assert!(hold(Kind::RwLock, &a, &huge).is_ok());
+        assert!(hold(Kind::RwLock, &a, &h(0, 0, 5)).is_err());
+        assert!(hold(Kind::RwLock, &a, &h(1, 0, TOKEN_CEILING + 1)).is_err());
+        assert!(hold(Kind::RwLock, &a, &h(1, 0, 0)).is_err());
+        assert!(hold(Kind::RwLock, &empty, &ok).is_err());
         let w = h(0, 1, 5);
-        let two = [(&b"a"[..], &w), (&b"b"[..], &ok)];
+        let two = [(&a, &w), (&b, &ok)];
         assert!(key(Kind::RwLock, 0, two.into_iter()).is_err());
-        assert!(key(
-            Kind::Election,
-            0,
-            [(&b"a"[..], &w), (&b"b"[..], &w)].into_iter()
-        )
-        .is_err());
-        assert!(hold(Kind::Election, b"a", &ok).is_err());
+        assert!(key(Kind::Election, 0, [(&a, &w), (&b, &w)].into_iter()).is_err());
+        assert!(hold(Kind::Election, &a, &ok).is_err());
         let p = h(3, 0, 5);
-        assert!(key(Kind::Semaphore, 2, [(&b"a"[..], &p)].into_iter()).is_err());
-        assert!(key(Kind::Semaphore, 3, [(&b"a"[..], &p)].into_iter()).is_ok());
+        assert!(key(Kind::Semaphore, 2, [(&a, &p)].into_iter()).is_err());
+        assert!(key(Kind::Semaphore, 3, [(&a, &p)].into_iter()).is_ok());
         assert!(key(Kind::Semaphore, 0, std::iter::empty()).is_err());
     }
 }

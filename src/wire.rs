@@ -106,7 +106,8 @@ pub fn kind(word: &[u8]) -> Option<Kind> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arg<'a> {
     Word(Word),
-    Bytes(&'a [u8]),
+    /// An owner, written as its bytes.
+    Id(&'a Id),
     Num(u64),
 }
 
@@ -122,7 +123,7 @@ pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
                 token,
             } => {
                 out(Arg::Word(Word::Grant));
-                out(Arg::Bytes(owner));
+                out(Arg::Id(owner));
                 out(Arg::Word(Word::of_mode(*mode)));
                 out(Arg::Num(*deadline));
                 out(Arg::Num(*token));
@@ -134,7 +135,7 @@ pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
                 token,
             } => {
                 out(Arg::Word(Word::Take));
-                out(Arg::Bytes(owner));
+                out(Arg::Id(owner));
                 out(Arg::Num((*permits).into()));
                 out(Arg::Num(*deadline));
                 out(Arg::Num(*token));
@@ -145,11 +146,11 @@ pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
             }
             Effect::Release { owner } => {
                 out(Arg::Word(Word::Release));
-                out(Arg::Bytes(owner));
+                out(Arg::Id(owner));
             }
             Effect::Drop { owner, reason } => {
                 out(Arg::Word(Word::Drop));
-                out(Arg::Bytes(owner));
+                out(Arg::Id(owner));
                 out(Arg::Word(match reason {
                     DropReason::Lapse => Word::Lapse,
                     DropReason::Resign => Word::Resign,
@@ -157,7 +158,7 @@ pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
             }
             Effect::Renew { owner, deadline } => {
                 out(Arg::Word(Word::Renew));
-                out(Arg::Bytes(owner));
+                out(Arg::Id(owner));
                 out(Arg::Num(*deadline));
             }
         }
@@ -193,7 +194,7 @@ fn count(arg: Option<&&[u8]>, what: &str) -> Result<u32, String> {
 
 fn owner(arg: Option<&&[u8]>) -> Result<Id, String> {
     match arg {
-        Some(a) if !a.is_empty() => Ok((*a).into()),
+        Some(a) if !a.is_empty() => Ok(Id::new(a)),
         _ => Err(bad("missing or empty owner")),
     }
 }
@@ -298,7 +299,7 @@ mod tests {
         encode(effects, |a| {
             args.push(match a {
                 Arg::Word(w) => w.as_str().as_bytes().to_vec(),
-                Arg::Bytes(b) => b.to_vec(),
+                Arg::Id(id) => id.to_vec(),
                 Arg::Num(n) => n.to_string().into_bytes(),
             })
         });
@@ -331,6 +332,13 @@ mod tests {
                 deadline: 30,
                 token: 8,
             },
+            // Written as the bytes they were made from, whatever the id keeps.
+            Effect::Release {
+                owner: o("0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b"),
+            },
+            Effect::Release {
+                owner: o("0F4A2C1E-8D3B-4E5F-9A6B-7C8D9E0F1A2B"),
+            },
         ];
         let args = text(&effects);
         let joined: Vec<String> = args
@@ -339,7 +347,9 @@ mod tests {
             .collect();
         assert_eq!(
             joined.join(" "),
-            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 LIMIT 3 TAKE d 2 30 8"
+            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 LIMIT 3 TAKE d 2 30 8 \
+             RELEASE 0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b \
+             RELEASE 0F4A2C1E-8D3B-4E5F-9A6B-7C8D9E0F1A2B"
         );
         let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
         let back: Vec<Effect> = parse_ops(&refs)

@@ -20,8 +20,18 @@ fn ids() -> Vec<(&'static str, Vec<u8>)> {
         ("invalid utf-8", b"\xc3\x28\xa0\xa1\xed\xa0\x80".to_vec()),
         ("quotes", b"'\"\\".to_vec()),
         ("all 256 bytes", (0..=255u8).collect()),
+        // The module keeps a canonical UUID text as 16 bytes; the others stay bytes.
+        ("uuid", UUID.as_bytes().to_vec()),
+        ("uuid in capitals", UUID.to_uppercase().into_bytes()),
+        (
+            "uuid without its last digit",
+            UUID.as_bytes()[..35].to_vec(),
+        ),
     ]
 }
+
+/// A UUID in the text both clients send (lowercase, hyphenated).
+const UUID: &str = "0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b";
 
 fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
@@ -594,6 +604,69 @@ fn a_replica_holds_the_same_binary_state_as_its_master() {
     let size = |c: &mut Sock| c.cmd(&["DBSIZE"]).int();
     assert_eq!(size(&mut m), keys.len() as i64, "master keys");
     assert_eq!(size(&mut r), keys.len() as i64, "replica keys");
+    healthy(&master, "master");
+    healthy(&replica, "replica");
+}
+
+/// UUID owners handed a key by the module itself (so the replicated grant names an owner that
+/// is not the request's argument), then lapsing: the replica, the read commands and the log
+/// line name them exactly, in canonical text and in capitals.
+#[test]
+fn uuid_waiters_handed_on_come_back_exact_on_master_and_replica() {
+    let master = Server::with(verbose());
+    let replica = Server::with(verbose());
+    replicate_from(&replica, &master);
+    sync(&master, &replica);
+    let mut m = Sock::connect(master.port);
+    let mut r = Sock::connect(replica.port);
+    let holder = UUID.as_bytes().to_vec();
+    let waiters = [
+        b"9b2d7c4e-5f60-4a1b-8c3d-e2f1a0b9c8d7".to_vec(),
+        b"9B2D7C4E-5F60-4A1B-8C3D-E2F1A0B9C8D7".to_vec(),
+    ];
+    for kind in KINDS {
+        for waiter in &waiters {
+            let key = cat(&[&kind.key(waiter), b"\0handed"]);
+            let what = format!("{kind:?} {}", waiter.escape_ascii());
+            let t = token(
+                &call(&mut m, &kind.acquire(&key, &holder, 60_000, None)),
+                &what,
+            );
+            let mut w = Sock::connect(master.port);
+            send(&mut w, &kind.acquire(&key, waiter, 500, Some(20_000)));
+            let queued = eventually(Duration::from_secs(5), || waiting(&master) == 1);
+            assert!(queued, "{what}: the waiter never queued");
+            assert_eq!(call(&mut m, &kind.release(&key, &holder)), Resp::Int(1));
+            assert!(
+                token(&w.reply(&what), &what) > t,
+                "{what}: the hand-off token"
+            );
+            sync(&master, &replica);
+            let on_master = snapshot(&mut m, kind, &key);
+            let owners: Vec<&[u8]> = on_master.holders.iter().map(|h| &h.owner[..]).collect();
+            assert_eq!(owners, vec![&waiter[..]], "{what}: the master's holder");
+            assert_eq!(
+                snapshot(&mut r, kind, &key),
+                on_master,
+                "{what}: the replica"
+            );
+            let gone = eventually(Duration::from_secs(5), || {
+                !exists(&mut m, &key) && !exists(&mut r, &key)
+            });
+            assert!(gone, "{what}: the lapsed key is still there");
+            let line = format!(
+                "lease: the lease of '{}' on '{}' lapsed",
+                escaped(waiter),
+                escaped(&key)
+            );
+            let logged = eventually(Duration::from_secs(2), || master.log().contains(&line));
+            assert!(
+                logged,
+                "{what}: no log line {line:?}; log:\n{}",
+                master.log()
+            );
+        }
+    }
     healthy(&master, "master");
     healthy(&replica, "replica");
 }

@@ -44,7 +44,7 @@ pub enum Effect {
 
 impl Effect {
     /// The owner the effect is about (`None` for a key-wide effect).
-    pub fn owner(&self) -> Option<&[u8]> {
+    pub fn owner(&self) -> Option<&Id> {
         match self {
             Effect::Grant { owner, .. }
             | Effect::Take { owner, .. }

@@ -37,12 +37,12 @@ impl Hold {
 /// A holder as the outside sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HolderView<'a> {
-    pub owner: &'a [u8],
+    pub owner: &'a Id,
     pub hold: Hold,
 }
 
-/// The holders of a key. A single holder, the common case, is stored inline (its id too, up
-/// to 38 bytes), so a one-holder lock costs no allocation of its own; more holders live in a
+/// The holders of a key. A single holder, the common case, is stored inline (its id too, see
+/// [`Id`]), so a one-holder lock costs no allocation of its own; more holders live in a
 /// table indexed by owner and by deadline, so that no operation scans them all.
 #[derive(Debug, Default)]
 pub(crate) enum Holders {
@@ -70,10 +70,10 @@ impl Holders {
         }
     }
 
-    pub fn get(&self, owner: &[u8]) -> Option<&Hold> {
+    pub fn get(&self, owner: &Id) -> Option<&Hold> {
         match self {
             Holders::Empty => None,
-            Holders::One(o, h) => (**o == *owner).then_some(h),
+            Holders::One(o, h) => (o == owner).then_some(h),
             Holders::Many(t) => t.by_owner.get(owner),
         }
     }
@@ -93,41 +93,41 @@ impl Holders {
     }
 
     /// Sets (or inserts) `owner`'s hold.
-    pub fn put(&mut self, owner: &[u8], hold: Hold) {
+    pub fn put(&mut self, owner: &Id, hold: Hold) {
         match self {
-            Holders::Empty => *self = Holders::One(owner.into(), hold),
-            Holders::One(o, h) if **o == *owner => *h = hold,
+            Holders::Empty => *self = Holders::One(owner.clone(), hold),
+            Holders::One(o, h) if o == owner => *h = hold,
             Holders::One(..) => {
                 let Holders::One(o, h) = std::mem::take(self) else {
                     unreachable!()
                 };
                 let mut t = Box::<Table>::default();
                 t.insert(o, h);
-                t.insert(owner.into(), hold);
+                t.insert(owner.clone(), hold);
                 *self = Holders::Many(t);
             }
             Holders::Many(t) if t.by_owner.is_empty() => {
-                *self = Holders::One(owner.into(), hold);
+                *self = Holders::One(owner.clone(), hold);
             }
             Holders::Many(t) => match t.by_owner.get_mut(owner) {
                 Some(h) => {
                     t.reads = t.reads - u64::from(h.reads) + u64::from(hold.reads);
                     if h.deadline != hold.deadline {
-                        let key = (h.deadline, Id::from(owner));
+                        let key = (h.deadline, owner.clone());
                         t.by_deadline.remove(&key);
                         t.by_deadline.insert((hold.deadline, key.1));
                     }
                     *h = hold;
                 }
-                None => t.insert(owner.into(), hold),
+                None => t.insert(owner.clone(), hold),
             },
         }
     }
 
     /// Removes `owner`'s hold, if any.
-    pub fn remove(&mut self, owner: &[u8]) -> Option<Hold> {
+    pub fn remove(&mut self, owner: &Id) -> Option<Hold> {
         match self {
-            Holders::One(o, h) if **o == *owner => {
+            Holders::One(o, h) if o == owner => {
                 let h = *h;
                 *self = Holders::default();
                 Some(h)
@@ -227,6 +227,10 @@ impl Table {
 mod tests {
     use super::*;
 
+    fn id(s: &str) -> Id {
+        Id::from(s)
+    }
+
     fn hold(deadline: Ms) -> Hold {
         Hold {
             reads: 1,
@@ -238,14 +242,14 @@ mod tests {
 
     #[test]
     fn one_holder_is_compact() {
-        // The owner (up to 38 bytes) and its hold, inline: no allocation of their own.
+        // The owner (a UUID, or up to 22 bytes) and its hold, inline: no allocation of their own.
         assert!(
             std::mem::size_of::<Holders>() <= 64,
             "{}",
             std::mem::size_of::<Holders>()
         );
         let mut h = Holders::default();
-        h.put(b"0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b", hold(10));
+        h.put(&id("0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b"), hold(10));
         assert_eq!(h.heap_bytes(&|n| n), 0);
     }
 
@@ -253,25 +257,25 @@ mod tests {
     fn grows_and_shrinks_between_forms() {
         let mut h = Holders::default();
         assert_eq!(h.len(), 0);
-        h.put(b"a", hold(10));
+        h.put(&id("a"), hold(10));
         assert!(matches!(h, Holders::One(..)));
-        h.put(b"b", hold(5));
-        h.put(b"c", hold(20));
+        h.put(&id("b"), hold(5));
+        h.put(&id("c"), hold(20));
         assert_eq!(h.len(), 3);
         assert_eq!(h.min_deadline(), Some(5));
         assert_eq!(h.max_deadline(), Some(20));
         assert_eq!(h.first_lapsed(4), None);
-        assert_eq!(h.first_lapsed(5).as_deref(), Some(&b"b"[..]));
+        assert_eq!(h.first_lapsed(5), Some(id("b")));
         assert_eq!(h.total_reads(), 3);
-        h.put(b"b", hold(30));
+        h.put(&id("b"), hold(30));
         assert_eq!(h.min_deadline(), Some(10));
         assert_eq!(h.max_deadline(), Some(30));
-        assert!(h.remove(b"a").is_some());
-        assert!(h.remove(b"zz").is_none());
-        assert!(h.remove(b"b").is_some());
+        assert!(h.remove(&id("a")).is_some());
+        assert!(h.remove(&id("zz")).is_none());
+        assert!(h.remove(&id("b")).is_some());
         assert!(matches!(h, Holders::One(..)));
         assert_eq!(h.iter().next().unwrap().owner, b"c");
-        assert!(h.remove(b"c").is_some());
+        assert!(h.remove(&id("c")).is_some());
         assert_eq!(h.len(), 0);
         assert_eq!(h.min_deadline(), None);
     }

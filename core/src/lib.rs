@@ -22,7 +22,7 @@ mod tokens;
 pub use effect::{Changes, DropReason, Effect, Woken};
 pub use env::{Env, Grants};
 pub use holders::{Hold, HolderView};
-pub use id::Id;
+pub use id::{AsId, Id, IdBytes};
 pub use lock::{
     Acquire, Election, Keyed, Kind, Lock, LockError, Permits, Request, RwLock, Semaphore, Wait,
 };

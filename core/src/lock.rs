@@ -1,6 +1,7 @@
 use crate::effect::{Changes, DropReason, Effect, Woken};
 use crate::env::Env;
 use crate::holders::{Hold, HolderView, Holders};
+use crate::id::{AsId, Id};
 use crate::queue::{Queue, Waiter};
 use crate::{Mode, Ms, Tokens};
 
@@ -36,7 +37,7 @@ impl Wait {
 /// A request for a hold.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
-    pub owner: &'a [u8],
+    pub owner: &'a Id,
     pub mode: Mode,
     /// Lease length in ms, from the moment of the grant.
     pub ttl: u64,
@@ -158,8 +159,9 @@ impl Lock {
     }
 
     /// `owner`'s hold, if it is live at `now`.
-    pub fn hold_of(&self, owner: &[u8], now: Ms) -> Option<Hold> {
-        self.holders.get(owner).copied().filter(|h| h.live(now))
+    pub fn hold_of(&self, owner: impl AsId, now: Ms) -> Option<Hold> {
+        let owner = owner.as_id();
+        self.holders.get(&owner).copied().filter(|h| h.live(now))
     }
 
     /// The earliest lease deadline.
@@ -225,9 +227,9 @@ impl Lock {
     }
 
     /// Puts a holder back as it was saved (RDB load, RESTORE, AOF rewrite records).
-    pub fn restore(&mut self, owner: &[u8], hold: Hold) {
+    pub fn restore(&mut self, owner: impl AsId, hold: Hold) {
         self.last_token = self.last_token.max(hold.token);
-        self.holders.put(owner, hold);
+        self.holders.put(&owner.as_id(), hold);
     }
 
     /// Sets a semaphore's limit as it was saved.
@@ -294,7 +296,7 @@ impl Lock {
         }
     }
 
-    fn put_holder(&mut self, owner: &[u8], h: Hold, tokens: &mut Tokens) {
+    fn put_holder(&mut self, owner: &Id, h: Hold, tokens: &mut Tokens) {
         let new = self.holders.get(owner).is_none();
         self.holders.put(owner, h);
         self.last_token = self.last_token.max(h.token);
@@ -306,7 +308,7 @@ impl Lock {
         }
     }
 
-    fn remove_holder(&mut self, owner: &[u8]) {
+    fn remove_holder(&mut self, owner: &Id) {
         if self.holders.remove(owner).is_some() {
             if let Some(q) = self.queue.as_mut() {
                 q.holder_changed(owner, false);
@@ -353,7 +355,7 @@ impl Lock {
         self.promote(kind, op);
     }
 
-    fn admissible(&self, kind: Kind, owner: &[u8], mode: Mode, permits: u32) -> Option<Admit> {
+    fn admissible(&self, kind: Kind, owner: &Id, mode: Mode, permits: u32) -> Option<Admit> {
         admissible(&self.holders, self.limit, kind, owner, mode, permits)
     }
 
@@ -472,17 +474,17 @@ impl Lock {
     /// slot, or as a write request it queued before it became a reader. Two such waits would
     /// each wait for the other's read hold to end. The queue indexes write requests of
     /// current holders, so this looks only at those.
-    fn another_upgrade_waits(&self, owner: &[u8], alive: &dyn Fn(u64) -> bool) -> bool {
+    fn another_upgrade_waits(&self, owner: &Id, alive: &dyn Fn(u64) -> bool) -> bool {
         let Some(q) = self.queue.as_ref() else {
             return false;
         };
-        let holds = |o: &[u8]| self.holders.get(o).is_some();
+        let holds = |o: &Id| self.holders.get(o).is_some();
         if q.upgrade()
-            .is_some_and(|u| *u.owner != *owner && holds(&u.owner) && alive(u.id))
+            .is_some_and(|u| u.owner != *owner && holds(&u.owner) && alive(u.id))
         {
             return true;
         }
-        q.held_writers().filter(|o| ***o != *owner).any(|o| {
+        q.held_writers().filter(|o| *o != owner).any(|o| {
             q.writes_of(o)
                 .is_some_and(|ids| ids.iter().any(|id| alive(*id)))
         })
@@ -518,7 +520,7 @@ impl Lock {
             lock.step(kind, op);
             let w = Waiter {
                 id: req.wait.map_or(0, |w| w.id),
-                owner: req.owner.into(),
+                owner: req.owner.clone(),
                 mode: req.mode,
                 permits,
                 ttl: req.ttl,
@@ -572,7 +574,7 @@ impl Lock {
     fn give_back(
         &mut self,
         kind: Kind,
-        owner: &[u8],
+        owner: &Id,
         how: GiveBack,
         env: &mut Env,
     ) -> (Changes, bool) {
@@ -581,7 +583,7 @@ impl Lock {
             if lock.holders.get(owner).is_none() {
                 return false;
             }
-            let owner = owner.into();
+            let owner = owner.clone();
             let effect = match how {
                 GiveBack::All => Effect::Drop {
                     owner,
@@ -596,18 +598,12 @@ impl Lock {
     }
 
     /// Sets `owner`'s lease to end `ttl` from now; its token, or `None` if it holds nothing.
-    fn renew(
-        &mut self,
-        kind: Kind,
-        owner: &[u8],
-        ttl: u64,
-        env: &mut Env,
-    ) -> (Changes, Option<u64>) {
+    fn renew(&mut self, kind: Kind, owner: &Id, ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
         self.run(env, |lock, op| {
             lock.step(kind, op);
             let h = lock.holders.get(owner).copied()?;
             let deadline = op.env.deadline(ttl);
-            let owner = owner.into();
+            let owner = owner.clone();
             lock.emit(op, Effect::Renew { owner, deadline });
             Some(h.token)
         })
@@ -635,7 +631,7 @@ fn admissible(
     holders: &Holders,
     limit: u32,
     kind: Kind,
-    owner: &[u8],
+    owner: &Id,
     mode: Mode,
     permits: u32,
 ) -> Option<Admit> {
@@ -695,13 +691,14 @@ impl RwLock {
     }
 
     /// `RWLOCK.UNLOCK`: one hold of `owner` (its write hold first).
-    pub fn unlock(&mut self, owner: &[u8], env: &mut Env) -> (Changes, bool) {
-        self.0.give_back(Kind::RwLock, owner, GiveBack::One, env)
+    pub fn unlock(&mut self, owner: impl AsId, env: &mut Env) -> (Changes, bool) {
+        self.0
+            .give_back(Kind::RwLock, &owner.as_id(), GiveBack::One, env)
     }
 
     /// `RWLOCK.RENEW`.
-    pub fn renew(&mut self, owner: &[u8], ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
-        self.0.renew(Kind::RwLock, owner, ttl, env)
+    pub fn renew(&mut self, owner: impl AsId, ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
+        self.0.renew(Kind::RwLock, &owner.as_id(), ttl, env)
     }
 
     pub fn tick(&mut self, env: &mut Env) -> Changes {
@@ -731,14 +728,14 @@ impl Election {
     /// `LEADER.CAMPAIGN`: the leader's renewal, or a bid for leadership.
     pub fn campaign(
         &mut self,
-        candidate: &[u8],
+        candidate: impl AsId,
         ttl: u64,
         wait: Option<Wait>,
         max_waiters: usize,
         env: &mut Env,
     ) -> (Changes, Result<Acquire, LockError>) {
         let req = Request {
-            owner: candidate,
+            owner: &candidate.as_id(),
             mode: Mode::Write,
             ttl,
             wait,
@@ -748,14 +745,19 @@ impl Election {
     }
 
     /// `LEADER.RENEW`.
-    pub fn renew(&mut self, candidate: &[u8], ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
-        self.0.renew(Kind::Election, candidate, ttl, env)
+    pub fn renew(
+        &mut self,
+        candidate: impl AsId,
+        ttl: u64,
+        env: &mut Env,
+    ) -> (Changes, Option<u64>) {
+        self.0.renew(Kind::Election, &candidate.as_id(), ttl, env)
     }
 
     /// `LEADER.RESIGN`.
-    pub fn resign(&mut self, candidate: &[u8], env: &mut Env) -> (Changes, bool) {
+    pub fn resign(&mut self, candidate: impl AsId, env: &mut Env) -> (Changes, bool) {
         self.0
-            .give_back(Kind::Election, candidate, GiveBack::All, env)
+            .give_back(Kind::Election, &candidate.as_id(), GiveBack::All, env)
     }
 
     /// `LEADER.CURRENT`: the leader, its term and its deadline, if one leads at `now`.
@@ -775,7 +777,7 @@ impl Election {
 /// A request for semaphore permits.
 #[derive(Clone, Copy, Debug)]
 pub struct Permits<'a> {
-    pub owner: &'a [u8],
+    pub owner: &'a Id,
     /// The key's limit as the request names it (the key takes it when it is created).
     pub limit: u32,
     /// How many permits this hold takes: 1 to `limit`.
@@ -832,13 +834,14 @@ impl Semaphore {
     }
 
     /// `SEMAPHORE.RELEASE`: all of `owner`'s permits.
-    pub fn release(&mut self, owner: &[u8], env: &mut Env) -> (Changes, bool) {
-        self.0.give_back(Kind::Semaphore, owner, GiveBack::One, env)
+    pub fn release(&mut self, owner: impl AsId, env: &mut Env) -> (Changes, bool) {
+        self.0
+            .give_back(Kind::Semaphore, &owner.as_id(), GiveBack::One, env)
     }
 
     /// `SEMAPHORE.RENEW`.
-    pub fn renew(&mut self, owner: &[u8], ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
-        self.0.renew(Kind::Semaphore, owner, ttl, env)
+    pub fn renew(&mut self, owner: impl AsId, ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
+        self.0.renew(Kind::Semaphore, &owner.as_id(), ttl, env)
     }
 
     pub fn tick(&mut self, env: &mut Env) -> Changes {

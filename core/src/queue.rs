@@ -73,11 +73,11 @@ impl Queue {
     }
 
     /// `owner` became a holder (`holds`) or stopped being one.
-    pub fn holder_changed(&mut self, owner: &[u8], holds: bool) {
+    pub fn holder_changed(&mut self, owner: &Id, holds: bool) {
         if !holds {
             self.held_writers.remove(owner);
         } else if self.writes.contains_key(owner) {
-            self.held_writers.insert(owner.into());
+            self.held_writers.insert(owner.clone());
         }
     }
 
@@ -147,7 +147,7 @@ impl Queue {
     }
 
     /// The ids of `owner`'s write requests waiting in arrival order.
-    pub fn writes_of(&self, owner: &[u8]) -> Option<&BTreeSet<u64>> {
+    pub fn writes_of(&self, owner: &Id) -> Option<&BTreeSet<u64>> {
         self.writes.get(owner)
     }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use harness::{Oracle, World, START};
 use redis_lease_core::{
-    Acquire, Changes, DropReason, Effect, Election, Env, Grants, Hold, Lock, LockError, Mode,
+    Acquire, Changes, DropReason, Effect, Election, Env, Grants, Hold, Id, Lock, LockError, Mode,
     Permits, Request, RwLock, Semaphore, Tokens, Wait,
 };
 
@@ -142,6 +142,10 @@ fn owners() -> Vec<Vec<u8>> {
         (0..=255u8).collect(),
         vec![0xff; 257],
         vec![b'x'; 64 * 1024],
+        // A UUID (kept as 16 bytes), the same in capitals and its first 22 bytes (both bytes).
+        b"0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b".to_vec(),
+        b"0F4A2C1E-8D3B-4E5F-9A6B-7C8D9E0F1A2B".to_vec(),
+        b"0f4a2c1e-8d3b-4e5f-9a6".to_vec(),
     ]
 }
 
@@ -285,8 +289,8 @@ enum FuzzEffect {
 }
 
 impl FuzzEffect {
-    fn build(&self, owners: &[Vec<u8>]) -> Effect {
-        let o = |i: &usize| owners[*i].clone().into();
+    fn build(&self, owners: &[Id]) -> Effect {
+        let o = |i: &usize| owners[*i].clone();
         match self {
             FuzzEffect::Grant {
                 owner,
@@ -329,7 +333,7 @@ impl FuzzEffect {
 }
 
 struct State {
-    owners: Vec<Vec<u8>>,
+    owners: Vec<Id>,
     slots: Vec<Lock>,
     world: World,
     /// Replica of slot 0, fed with every effect of slot 0.
@@ -356,7 +360,7 @@ struct Stats {
 impl State {
     fn new() -> State {
         State {
-            owners: owners(),
+            owners: owners().into_iter().map(Id::from).collect(),
             slots: (0..SLOTS).map(|_| Lock::default()).collect(),
             world: World::at(START),
             replica: Lock::default(),
@@ -523,7 +527,7 @@ impl State {
             ..
         } = self;
         let now = world.now;
-        let o = |i: &usize| owners[*i].as_slice();
+        let o = |i: &usize| &owners[*i];
         let mut out: Option<(usize, Changes)> = None;
         match op {
             Op::SetClock(t) => world.now = *t,

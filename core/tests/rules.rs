@@ -11,10 +11,10 @@ mod semaphore;
 #[path = "rules/waits.rs"]
 mod waits;
 
-use harness::{granted, request, World};
+use harness::{granted, id, request, World};
 use redis_lease_core::{
-    Acquire, Changes, DropReason, Effect, Election, Env, Lock, LockError, Mode, Request, RwLock,
-    Tokens, Wait, Woken,
+    Acquire, Changes, DropReason, Effect, Election, Env, Id, Lock, LockError, Mode, Request,
+    RwLock, Tokens, Wait, Woken,
 };
 
 /// One lock key in a world whose clock starts at 1000 ms. Waiter ids are handed out to every
@@ -62,7 +62,7 @@ impl Fixture {
     ) -> (u64, Result<Acquire, LockError>) {
         let id = self.world.next_id();
         let req = Request {
-            owner: owner.as_bytes(),
+            owner: &Id::from(owner),
             mode,
             ttl,
             wait: Some(Wait {
@@ -280,10 +280,10 @@ fn a_lapse_hands_off_to_the_next_waiter_and_reports_the_drop() {
     let changes = f.lock.tick(&mut f.world.env());
     assert!(matches!(
         &changes.effects[0],
-        Effect::Drop { owner, reason: DropReason::Lapse } if &**owner == b"h"
+        Effect::Drop { owner, reason: DropReason::Lapse } if *owner == b"h"
     ));
     assert!(
-        matches!(&changes.effects[1], Effect::Grant { owner, deadline, .. } if &**owner == b"w" && *deadline == f.world.now + 100)
+        matches!(&changes.effects[1], Effect::Grant { owner, deadline, .. } if *owner == b"w" && *deadline == f.world.now + 100)
     );
     assert_eq!(changes.woken.len(), 1);
 }
@@ -336,7 +336,7 @@ fn the_queue_has_a_limit() {
     f.w("h").unwrap();
     let id = 99;
     let req = |o: &'static str, wait| Request {
-        owner: o.as_bytes(),
+        owner: harness::id(o),
         mode: Mode::Write,
         ttl: 10,
         wait,
@@ -360,7 +360,7 @@ fn replaying_the_effects_rebuilds_the_same_state() {
     let mut world = World::at(1_000);
     let mut env = world.env();
     let rq = |o: &'static str, mode| Request {
-        owner: o.as_bytes(),
+        owner: id(o),
         mode,
         ttl: 50,
         wait: Some(Wait::forever(o.len() as u64)),
@@ -466,9 +466,10 @@ fn an_election_has_one_leader_whose_term_grows_on_every_change() {
 
 #[test]
 fn the_lock_struct_stays_small() {
-    // A one-holder lock is this struct alone: an owner of up to 38 bytes is stored inline.
+    // A one-holder lock is this struct alone: an owner of up to 22 bytes, or a UUID in
+    // canonical text, is stored inline.
     assert!(
-        std::mem::size_of::<Lock>() <= 88,
+        std::mem::size_of::<Lock>() <= 72,
         "{}",
         std::mem::size_of::<Lock>()
     );
@@ -494,7 +495,7 @@ fn deadlines_round_up_when_the_clock_is_past_a_whole_ms() {
     let mut env = world.env();
     let mut l = RwLock::default();
     let req = Request {
-        owner: b"a",
+        owner: &Id::from(b"a"),
         mode: Mode::Write,
         ttl: 100,
         wait: None,
@@ -570,7 +571,7 @@ fn a_waiter_id_used_twice_leaves_one_waiter_and_no_stale_wait_deadline() {
     let mut f = Fixture::new();
     f.w("h").unwrap(); // lease ends at 1100
     let wait = |until| Request {
-        owner: b"w",
+        owner: id(b"w"),
         mode: Mode::Write,
         ttl: 100,
         wait: Some(Wait { id: 7, until }),

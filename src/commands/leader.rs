@@ -16,8 +16,8 @@ pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = new_id(args, 2, "candidate")?;
     let ttl = ttl(args, 3)?;
     let (wait_ms, _) = options(ctx, args, 4, None)?;
-    acquire::<Election>(ctx, args, wait_ms, 0, |core, env, wait| {
-        core.campaign(candidate, ttl, wait, config::max_waiters(), env)
+    acquire::<Election>(ctx, args, &candidate, wait_ms, 0, |core, env, wait| {
+        core.campaign(&candidate, ttl, wait, config::max_waiters(), env)
     })
 }
 
@@ -25,8 +25,8 @@ pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = held_id(args, 2, "candidate")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<Election, _>(ctx, args, None, false, |core, env| {
-        core.renew(candidate, ttl, env)
+    let t = change::<Election, _>(ctx, args, &candidate, None, false, |core, env| {
+        core.renew(&candidate, ttl, env)
     })?;
     Ok(t.map_or(Reply::Nil, token))
 }
@@ -36,15 +36,15 @@ pub fn resign(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = held_id(args, 2, "candidate")?;
     if ctx.replicated() {
         let resign = Effect::Drop {
-            owner: candidate.into(),
+            owner: candidate,
             reason: DropReason::Resign,
         };
         return Ok(Reply::Int(
             replay_own::<Election>(ctx, args, resign)?.into(),
         ));
     }
-    let done = change::<Election, _>(ctx, args, false, true, |core, env| {
-        core.resign(candidate, env)
+    let done = change::<Election, _>(ctx, args, &candidate, false, true, |core, env| {
+        core.resign(&candidate, env)
     })?;
     Ok(Reply::Int(done.into()))
 }
@@ -56,7 +56,7 @@ pub fn current(ctx: &Ctx, args: &Args) -> Outcome {
         match seen.value.and_then(|v| v.core.current(now)) {
             Some(h) => {
                 ctx.reply_array(3);
-                ctx.reply_bulk(h.owner);
+                ctx.reply_bulk(&h.owner.bytes());
                 ctx.reply(token(h.hold.token));
                 ctx.reply_int(ms_left(h.hold.deadline, now, fraction));
                 Reply::Written

@@ -9,13 +9,14 @@ pub mod leader;
 pub mod rwlock;
 pub mod semaphore;
 
-use redis_lease_core::{Acquire, Changes, Effect, Env, LockError, Wait};
+use redis_lease_core::{Acquire, Changes, Effect, Env, Id, LockError, Wait};
 
 use crate::clock;
 use crate::commit::{commit, ensure_slot, run, Origin};
 use crate::ffi::args::Args;
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
+use crate::ffi::replicate::Owner;
 use crate::ffi::reply::{Reply, ReplyError};
 use crate::parse::{self, Wait as WaitOpt};
 use crate::value::{Saved, Stored};
@@ -23,16 +24,23 @@ use crate::{config, holdback, reopen, state, waiters};
 
 pub type Outcome = Result<Reply, ReplyError>;
 
-/// The id of a request for a new hold: 1 to `lease.max-id-length` bytes.
-pub fn new_id<'a>(args: &Args<'a>, i: usize, what: &str) -> Result<&'a [u8], ReplyError> {
-    parse::id(args.bytes(i), what, config::max_id_length()).map_err(ReplyError::from)
+/// The id of a request for a new hold: 1 to `lease.max-id-length` bytes. The request's one
+/// parse of its owner: the core and replication take this id.
+pub fn new_id(args: &Args, i: usize, what: &str) -> Result<Id, ReplyError> {
+    let bytes = parse::id(args.bytes(i), what, config::max_id_length())?;
+    Ok(Id::new(bytes))
 }
 
 /// The id of a holder that may already hold: only non-empty, so a holder whose id is longer
 /// than a lowered `lease.max-id-length` can still renew and release.
-pub fn held_id<'a>(args: &Args<'a>, i: usize, what: &str) -> Result<&'a [u8], ReplyError> {
+pub fn held_id(args: &Args, i: usize, what: &str) -> Result<Id, ReplyError> {
     let max = config::ID_LENGTH_CEILING as usize;
-    parse::id(args.bytes(i), what, max).map_err(ReplyError::from)
+    Ok(Id::new(parse::id(args.bytes(i), what, max)?))
+}
+
+/// The request's owner (argument 2) for replication, which reuses the argument.
+fn owner<'a>(args: &Args<'a>, id: &'a Id) -> Option<Owner<'a>> {
+    args.get(2).map(|arg| Owner { arg, id })
 }
 
 pub fn ttl(args: &Args, i: usize) -> Result<u64, ReplyError> {
@@ -108,10 +116,12 @@ fn open<'a>(ctx: &'a Ctx, args: &Args<'a>) -> Result<Key<'a>, ReplyError> {
     Key::open(ctx, name, Access::Write).ok_or_else(|| "ERR could not open the key".into())
 }
 
-/// A request that may be granted, refused or parked (RLOCK, WLOCK, CAMPAIGN, ACQUIRE).
+/// A request of `owner` that may be granted, refused or parked (RLOCK, WLOCK, CAMPAIGN,
+/// ACQUIRE).
 pub fn acquire<K: Saved>(
     ctx: &Ctx,
     args: &Args,
+    owner: &Id,
     wait_ms: Option<u64>,
     limit: u32,
     op: impl FnOnce(&mut K, &mut Env, Option<Wait>) -> (Changes, Result<Acquire, LockError>),
@@ -151,8 +161,10 @@ where
     if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
         waiters::park(ctx, w.id, v.slot);
     }
-    let owner = args.get(2);
-    let origin = Origin::Here { owner, own: false };
+    let origin = Origin::Here {
+        owner: self::owner(args, owner),
+        own: false,
+    };
     commit::<K>(key, before, changes, origin);
     match result {
         Ok(Acquire::Granted(t)) => Ok(token(t)),
@@ -162,12 +174,13 @@ where
     }
 }
 
-/// A change to an existing holder (UNLOCK, RENEW, RESIGN, RELEASE); `missing` answers a
+/// A change to `owner`'s holds (UNLOCK, RENEW, RESIGN, RELEASE); `missing` answers a
 /// missing key. `own`: the command is its own effect when that is all it did (see
 /// `Origin::Here`).
 pub fn change<K: Saved, T>(
     ctx: &Ctx,
     args: &Args,
+    owner: &Id,
     missing: T,
     own: bool,
     op: impl FnOnce(&mut K, &mut Env) -> (Changes, T),
@@ -187,7 +200,7 @@ where
     ensure_slot(v, db, name);
     let before = v.core.lock().holder_count();
     let (changes, out) = run(v, (db, name), op);
-    let owner = args.get(2);
+    let owner = self::owner(args, owner);
     commit::<K>(key, before, changes, Origin::Here { owner, own });
     Ok(out)
 }

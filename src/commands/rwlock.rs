@@ -15,9 +15,9 @@ fn lock(ctx: &Ctx, args: &Args, mode: Mode) -> Outcome {
     let owner = new_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
     let (wait_ms, _) = options(ctx, args, 4, None)?;
-    acquire::<RwLock>(ctx, args, wait_ms, 0, |core, env, wait| {
+    acquire::<RwLock>(ctx, args, &owner, wait_ms, 0, |core, env, wait| {
         let req = Request {
-            owner,
+            owner: &owner,
             mode,
             ttl,
             wait,
@@ -41,12 +41,12 @@ pub fn wlock(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn unlock(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     if ctx.replicated() {
-        let release = Effect::Release {
-            owner: owner.into(),
-        };
+        let release = Effect::Release { owner };
         return Ok(Reply::Int(replay_own::<RwLock>(ctx, args, release)?.into()));
     }
-    let done = change::<RwLock, _>(ctx, args, false, true, |core, env| core.unlock(owner, env))?;
+    let done = change::<RwLock, _>(ctx, args, &owner, false, true, |core, env| {
+        core.unlock(&owner, env)
+    })?;
     Ok(Reply::Int(done.into()))
 }
 
@@ -54,8 +54,8 @@ pub fn unlock(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<RwLock, _>(ctx, args, None, false, |core, env| {
-        core.renew(owner, ttl, env)
+    let t = change::<RwLock, _>(ctx, args, &owner, None, false, |core, env| {
+        core.renew(&owner, ttl, env)
     })?;
     Ok(t.map_or(Reply::Nil, token))
 }
@@ -89,7 +89,7 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
             ctx.reply_bulk(b"mode");
             ctx.reply_simple(mode_word(m));
             ctx.reply_bulk(b"owner");
-            ctx.reply_bulk(h.owner);
+            ctx.reply_bulk(&h.owner.bytes());
             ctx.reply_bulk(b"token");
             ctx.reply(token(h.hold.token));
             ctx.reply_bulk(b"ttl");

@@ -18,9 +18,9 @@ pub fn acquire_cmd(ctx: &Ctx, args: &Args) -> Outcome {
     let limit = parse::limit(args.bytes(3)).map_err(ReplyError::from)?;
     let ttl = ttl(args, 4)?;
     let (wait_ms, permits) = options(ctx, args, 5, Some(limit))?;
-    acquire::<Semaphore>(ctx, args, wait_ms, limit, |core, env, wait| {
+    acquire::<Semaphore>(ctx, args, &owner, wait_ms, limit, |core, env, wait| {
         let req = Permits {
-            owner,
+            owner: &owner,
             limit,
             permits,
             ttl,
@@ -35,15 +35,14 @@ pub fn acquire_cmd(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn release(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     if ctx.replicated() {
-        let release = Effect::Release {
-            owner: owner.into(),
-        };
+        let release = Effect::Release { owner };
         return Ok(Reply::Int(
             replay_own::<Semaphore>(ctx, args, release)?.into(),
         ));
     }
-    let done =
-        change::<Semaphore, _>(ctx, args, false, true, |core, env| core.release(owner, env))?;
+    let done = change::<Semaphore, _>(ctx, args, &owner, false, true, |core, env| {
+        core.release(&owner, env)
+    })?;
     Ok(Reply::Int(done.into()))
 }
 
@@ -51,8 +50,8 @@ pub fn release(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<Semaphore, _>(ctx, args, None, false, |core, env| {
-        core.renew(owner, ttl, env)
+    let t = change::<Semaphore, _>(ctx, args, &owner, None, false, |core, env| {
+        core.renew(&owner, ttl, env)
     })?;
     Ok(t.map_or(Reply::Nil, token))
 }
@@ -72,7 +71,7 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         for h in &live {
             ctx.reply_map(4);
             ctx.reply_bulk(b"owner");
-            ctx.reply_bulk(h.owner);
+            ctx.reply_bulk(&h.owner.bytes());
             ctx.reply_bulk(b"permits");
             ctx.reply_int(h.hold.reads.into());
             ctx.reply_bulk(b"token");

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use smallvec::SmallVec;
 
-use redis_lease_core::Effect;
+use redis_lease_core::{Effect, Id};
 use redis_module::raw;
 
 use super::api;
@@ -25,9 +25,16 @@ fn word(w: Word) -> *mut raw::RedisModuleString {
     words[w.index()] as *mut raw::RedisModuleString
 }
 
-/// Replicates `effects` on `key` (of kind `kind`). `owner` is the request's own owner
-/// argument, reused for effects that name it instead of copying it.
-pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<RStr>, effects: &[Effect]) {
+/// The request's own owner: its argument and the id made from it.
+#[derive(Clone, Copy)]
+pub struct Owner<'a> {
+    pub arg: RStr<'a>,
+    pub id: &'a Id,
+}
+
+/// Replicates `effects` on `key` (of kind `kind`). `owner`'s argument is reused for effects
+/// that name its id instead of copying it.
+pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<Owner>, effects: &[Effect]) {
     // On the stack for the common case (one or two effects): no allocation of our own.
     let mut args: SmallVec<[*mut raw::RedisModuleString; 16]> = SmallVec::new();
     // Strings made here, freed once Redis has taken its own references.
@@ -37,10 +44,10 @@ pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<RStr>, effects: &
     encode(effects, |a| {
         let s = match a {
             Arg::Word(w) => word(w),
-            Arg::Bytes(b) => match owner.filter(|o| o.bytes() == b) {
-                Some(o) => o.raw(),
+            Arg::Id(id) => match owner.filter(|o| o.id == id) {
+                Some(o) => o.arg.raw(),
                 None => {
-                    made.push(RString::from_bytes(b));
+                    made.push(RString::from_bytes(&id.bytes()));
                     made.last()
                         .map_or(std::ptr::null_mut(), |s| s.as_str().raw())
                 }

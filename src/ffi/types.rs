@@ -4,6 +4,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
+use redis_lease_core::Id;
 use redis_module::raw;
 
 use super::guard;
@@ -23,6 +24,8 @@ pub struct Place<'a> {
 pub enum Field<'a> {
     U64(u64),
     Bytes(&'a [u8]),
+    /// An owner, written as its bytes.
+    Id(&'a Id),
     /// Bytes the plan owns (copied out of the module's state).
     Owned(Vec<u8>),
 }
@@ -156,6 +159,7 @@ unsafe extern "C" fn aof_rewrite<T: DataType>(
             .map(|f| match f {
                 Field::U64(n) => RString::from_i64(n.min(i64::MAX as u64) as i64),
                 Field::Bytes(b) => RString::from_bytes(b),
+                Field::Id(id) => RString::from_bytes(&id.bytes()),
                 Field::Owned(b) => RString::from_bytes(&b),
             })
             .collect();
@@ -232,6 +236,7 @@ fn write(io: &mut Io, plan: Vec<Field>) {
         match f {
             Field::U64(n) => io.save_u64(n),
             Field::Bytes(b) => io.save_bytes(b),
+            Field::Id(id) => io.save_bytes(&id.bytes()),
             Field::Owned(b) => io.save_bytes(&b),
         }
     }

@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::rc::Rc;
 
-use redis_lease_core::{Acquire, Env, Grants, LockError, Mode, Request, Tokens, Wait};
+use redis_lease_core::{Acquire, AsId, Env, Grants, Id, LockError, Mode, Request, Tokens, Wait};
 
 /// A realistic clock start (ms since the epoch).
 pub const START: u64 = 1_700_000_000_000;
@@ -111,17 +111,23 @@ impl World {
     }
 }
 
+/// An owner's id for as long as the test runs (leaked: a few bytes per call), so that a
+/// request can be made from a name in one expression.
+pub fn id(owner: impl AsId) -> &'static Id {
+    Box::leak(Box::new(owner.as_id().into_owned()))
+}
+
 /// A request; `wait: Some(id)` parks it under that waiter id, without a time limit, if it
 /// cannot be granted now.
 pub fn request(
-    owner: &[u8],
+    owner: impl AsId,
     mode: Mode,
     ttl: u64,
     wait: Option<u64>,
     max_waiters: usize,
-) -> Request<'_> {
+) -> Request<'static> {
     Request {
-        owner,
+        owner: id(owner),
         mode,
         ttl,
         wait: wait.map(Wait::forever),

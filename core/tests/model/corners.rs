@@ -172,12 +172,7 @@ fn an_upgrade_whose_read_hold_lapsed_is_an_ordinary_waiter() {
                                                                           // A's read hold lapses while its upgrade waits.
     assert!(h.woken(Act::Advance(10)).is_empty());
     assert!(h.woken(Act::Tick).is_empty());
-    assert!(h
-        .sut
-        .key
-        .lock()
-        .hold_of(&name(A), h.sut.world.now)
-        .is_none());
+    assert!(h.sut.key.lock().hold_of(name(A), h.sut.world.now).is_none());
     // B may wait to upgrade: A is no longer a reader.
     assert_eq!(h.lock(B, Mode::Write, 1_000, true), Ok(Acquire::Queued));
 }

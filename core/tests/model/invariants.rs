@@ -109,13 +109,13 @@ fn check_state(sut: &Sut) -> TestResult {
 fn own_effects(kind: KindSel, owner: &[u8], effects: &[Effect], served: bool) -> usize {
     match (kind, effects.last()) {
         (KindSel::Sem, _) if served => 0,
-        (KindSel::Sem, Some(Effect::Take { owner: o, .. })) if **o == *owner => {
+        (KindSel::Sem, Some(Effect::Take { owner: o, .. })) if *o == *owner => {
             let limit =
                 effects.len() >= 2 && matches!(effects[effects.len() - 2], Effect::Limit { .. });
             1 + usize::from(limit)
         }
         // A semaphore retry extends the lease (a Renew) or changes nothing.
-        (KindSel::Sem, Some(Effect::Renew { owner: o, .. })) if **o == *owner => 1,
+        (KindSel::Sem, Some(Effect::Renew { owner: o, .. })) if *o == *owner => 1,
         (KindSel::Sem, _) => 0,
         _ => 1,
     }
@@ -345,7 +345,7 @@ pub fn check_step(
             }
             Reply::Acquire(Ok(Acquire::Queued)) => {
                 let id = wait.expect("queued only with WAIT").id;
-                if lock.holders().any(|h| h.owner == o) {
+                if lock.holders().any(|h| *h.owner == o) {
                     seen.upgrades.insert(id);
                 }
             }

@@ -1,7 +1,7 @@
 //! The system under test: one key of the real core, in a harness world.
 
 use redis_lease_core::{
-    Acquire, Changes, Election, Grants, Keyed, Lock, LockError, Mode, Permits, Request, RwLock,
+    Acquire, Changes, Election, Grants, Id, Keyed, Lock, LockError, Mode, Permits, Request, RwLock,
     Semaphore, Wait,
 };
 
@@ -12,13 +12,18 @@ use crate::harness::{World, START};
 /// rules.rs; the core counts waiters that left but were not skipped yet against it).
 pub const MAX_WAITERS: usize = 10_000;
 
-/// Owner ids of several lengths around the core's inline limit for ids (38 bytes), sharing
-/// a prefix, so that ordering and lookups mix inline and heap ids.
+/// Owner ids of every form the core stores: inline (up to 22 bytes), a UUID in canonical text
+/// (kept as 16 bytes), heap bytes (23 bytes, and the same UUID in capitals), sharing
+/// prefixes, so that ordering and lookups mix the forms.
 pub fn name(owner: usize) -> Vec<u8> {
-    let mut id = format!("owner-{owner}").into_bytes();
-    let len = [7, 38, 39, 100][owner % 4];
-    id.resize(len, b'.');
-    id
+    let uuid = format!("{owner:08x}-8d3b-4e5f-9a6b-7c8d9e0f1a2b");
+    match owner % 5 {
+        0 => uuid[..22].into(),
+        1 => uuid.into(),
+        2 => uuid[..23].into(),
+        3 => uuid.to_uppercase().into(),
+        _ => uuid[..7].into(),
+    }
 }
 
 pub enum Key {
@@ -264,7 +269,7 @@ impl Sut {
                     ..
                 },
             ) => {
-                let o = name(*owner);
+                let o = Id::from(name(*owner));
                 let req = Request {
                     owner: &o,
                     mode: *mode,
@@ -281,7 +286,7 @@ impl Sut {
                     owner, ttl, wait, ..
                 },
             ) => {
-                let (c, r) = e.campaign(&name(*owner), *ttl, *wait, MAX_WAITERS, &mut env);
+                let (c, r) = e.campaign(name(*owner), *ttl, *wait, MAX_WAITERS, &mut env);
                 (Reply::Acquire(r), c)
             }
             (
@@ -295,7 +300,7 @@ impl Sut {
                     ..
                 },
             ) => {
-                let o = name(*owner);
+                let o = Id::from(name(*owner));
                 let req = Permits {
                     owner: &o,
                     limit: *limit,

@@ -7,7 +7,7 @@ use redis_lease_core::{
     Acquire, Effect, Election, Grants, Lock, LockError, Mode, Permits, RwLock, Semaphore, Wait,
 };
 
-use crate::harness::World;
+use crate::harness::{id, World};
 
 fn held() -> Fixture {
     let mut f = Fixture::new();
@@ -68,12 +68,7 @@ fn held_grants_make_no_upgrade() {
     assert_eq!(f.req("a", Mode::Write, 100, true), Ok(Acquire::Queued)); // 3
     assert_eq!(f.req("x", Mode::Write, 100, true), Ok(Acquire::Queued)); // 4
     assert_eq!(f.queue(), vec![3, 4]);
-    assert!(f
-        .lock
-        .0
-        .waiters()
-        .next()
-        .is_some_and(|w| w.owner[..] == *b"a"));
+    assert!(f.lock.0.waiters().next().is_some_and(|w| w.owner == *b"a"));
     f.tick();
     assert!(f.woken_ids().is_empty());
     assert_eq!(f.lock.0.hold_of(b"a", f.world.now).unwrap().writes, 0);
@@ -137,7 +132,7 @@ fn a_semaphore_holder_retries_with_the_same_permits_while_grants_are_held() {
     let mut world = World::at(1_000);
     let mut s = Semaphore::default();
     let p = |owner: &'static [u8], permits, ttl, wait| Permits {
-        owner,
+        owner: id(owner),
         limit: 3,
         permits,
         ttl,
@@ -287,12 +282,12 @@ fn waiters_parked_outside_the_key_are_served_in_arrival_order_when_grants_open()
     let mut world = World::at(1_000);
     world.grants = Grants::Held;
     let mut s = Semaphore::default();
-    let p = |owner: &'static [u8], permits, id| Permits {
-        owner,
+    let p = |owner: &'static [u8], permits, waiter| Permits {
+        owner: id(owner),
         limit: 2,
         permits,
         ttl: 100,
-        wait: Some(Wait::forever(id)),
+        wait: Some(Wait::forever(waiter)),
         max_waiters: 10,
     };
     for (owner, permits, id) in [(b"a", 1, 1), (b"b", 2, 2), (b"c", 1, 3)] {

@@ -5,16 +5,16 @@ use std::time::{Duration, Instant};
 
 use redis_lease_core::{Acquire, LockError, Mode, Request, RwLock, Wait};
 
-use crate::harness::World;
+use crate::harness::{id, World};
 
 const QUEUED: usize = 20_000;
 
-fn req(owner: &[u8], mode: Mode, id: u64) -> Request<'_> {
+fn req(owner: &[u8], mode: Mode, waiter: u64) -> Request<'static> {
     Request {
-        owner,
+        owner: id(owner),
         mode,
         ttl: 1_000_000,
-        wait: Some(Wait::forever(id)),
+        wait: Some(Wait::forever(waiter)),
         max_waiters: 100_000,
     }
 }

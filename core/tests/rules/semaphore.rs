@@ -2,10 +2,11 @@
 //! in arrival order, one hold per owner, each holder with its own lease and token.
 
 use redis_lease_core::{
-    Acquire, Changes, DropReason, Effect, Env, Lock, LockError, Permits, Semaphore, Tokens, Wait,
+    Acquire, Changes, DropReason, Effect, Env, Id, Lock, LockError, Permits, Semaphore, Tokens,
+    Wait,
 };
 
-use crate::harness::World;
+use crate::harness::{id, World};
 
 /// One semaphore key in a world whose clock starts at 1000 ms; waiter ids are handed out to
 /// every request.
@@ -47,7 +48,7 @@ impl Sem {
     ) -> (u64, Result<Acquire, LockError>) {
         let id = self.world.next_id();
         let req = Permits {
-            owner: owner.as_bytes(),
+            owner: &Id::from(owner),
             limit,
             permits,
             ttl,
@@ -226,7 +227,7 @@ fn a_request_naming_another_limit_is_refused_and_changes_nothing() {
     s.effects();
     for wait in [None, Some(None), Some(Some(5_000))] {
         let req = Permits {
-            owner: b"b",
+            owner: &Id::from(b"b"),
             limit: 4,
             permits: 1,
             ttl: 100,
@@ -387,12 +388,12 @@ fn a_queued_request_of_an_owner_that_became_a_holder_is_a_retry_or_ends() {
 fn the_queue_of_a_semaphore_has_a_limit() {
     let mut s = Sem::new();
     s.take("h", 3).unwrap();
-    let req = |owner: &'static [u8], id| Permits {
-        owner,
+    let req = |owner: &'static [u8], waiter| Permits {
+        owner: id(owner),
         limit: 3,
         permits: 1,
         ttl: 10,
-        wait: Some(Wait::forever(id)),
+        wait: Some(Wait::forever(waiter)),
         max_waiters: 1,
     };
     assert_eq!(

@@ -10,11 +10,11 @@ use redis_lease_core::{Acquire, DropReason, Effect, Election, Mode, Wait};
 use crate::harness::World;
 
 fn dropped(e: &Effect, who: &str) -> bool {
-    matches!(e, Effect::Drop { owner, reason: DropReason::Lapse } if **owner == *who.as_bytes())
+    matches!(e, Effect::Drop { owner, reason: DropReason::Lapse } if *owner == *who.as_bytes())
 }
 
 fn granted_to(e: &Effect, who: &str, until: u64) -> bool {
-    matches!(e, Effect::Grant { owner, deadline, .. } if **owner == *who.as_bytes() && *deadline == until)
+    matches!(e, Effect::Grant { owner, deadline, .. } if *owner == *who.as_bytes() && *deadline == until)
 }
 
 #[test]

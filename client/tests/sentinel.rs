@@ -217,6 +217,12 @@ async fn carry_on_through(kill: bool) {
     assert!(!flapped.is_finished(), "leadership was lost for a while");
     flapped.abort();
     assert_eq!(
+        group.master_port(),
+        new,
+        "the sentinels failed over a second time: {}",
+        group.sentinels[0].log()
+    );
+    assert_eq!(
         client.master_addr().unwrap().to_string(),
         format!("127.0.0.1:{new}"),
         "the client moved to the new master"

@@ -34,6 +34,14 @@ impl Pty {
             )
         };
         assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+        // Not inherited by what other tests spawn meanwhile (the child gets the slave as its
+        // stdio, which spawn dups).
+        for fd in [m, s] {
+            // SAFETY: fcntl on fds openpty just opened; FD_CLOEXEC is a plain flag.
+            unsafe {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
         // SAFETY: both fds were just opened by openpty and are owned by nobody else.
         let (master, slave) = unsafe { (File::from_raw_fd(m), File::from_raw_fd(s)) };
         cmd.stdin(slave.try_clone().unwrap())

@@ -14,6 +14,12 @@ use super::replica::wait_replicas;
 /// The name the sentinels monitor.
 pub const SERVICE: &str = "lease";
 
+/// How often each sentinel pings each instance (`SENTINEL DEBUG ping-period`; the default is
+/// 1 s). It must stay below down-after: a sentinel first pings a newly promoted master one
+/// period after the switch and counts it down once down-after has passed since the switch with
+/// no reply, so with the two equal it may fail the new master over again at once.
+const PING_PERIOD: Duration = Duration::from_millis(500);
+
 pub struct Sentinel {
     pub port: u16,
     child: Child,
@@ -55,7 +61,7 @@ impl Sentinel {
                 child,
                 dir: dir.clone(),
             };
-            if s.wait_ready() {
+            if s.wait_ready() && s.ping_every(PING_PERIOD) {
                 return s;
             }
             last = s.log();
@@ -77,6 +83,17 @@ impl Sentinel {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    fn ping_every(&self, period: Duration) -> bool {
+        self.conn().is_ok_and(|mut c| {
+            redis::cmd("SENTINEL")
+                .arg("DEBUG")
+                .arg("ping-period")
+                .arg(period.as_millis() as u64)
+                .query::<String>(&mut c)
+                .is_ok()
+        })
     }
 
     pub fn conn(&self) -> redis::RedisResult<redis::Connection> {

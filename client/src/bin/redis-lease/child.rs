@@ -26,8 +26,9 @@ pub struct Running {
     pgid: libc::pid_t,
     /// The controlling terminal, if there is one.
     terminal: Option<Terminal>,
-    /// Whether CMD was given the terminal's foreground.
-    handed: bool,
+    /// Whether CMD was given the terminal's foreground (at its start, or when it stopped
+    /// reading the terminal from the background).
+    handed: std::cell::Cell<bool>,
 }
 
 /// Starts CMD with `env` added. It leads a new process group (so that stopping it reaches
@@ -74,7 +75,7 @@ pub fn spawn(cmd: &[OsString], env: &[(&str, String)]) -> std::io::Result<Runnin
         child,
         pgid,
         terminal,
-        handed: handoff.is_some(),
+        handed: std::cell::Cell::new(handoff.is_some()),
     })
 }
 
@@ -95,6 +96,15 @@ impl Running {
                 libc::kill(-self.pgid, sig);
             }
         }
+    }
+
+    /// Whether CMD had the terminal's foreground: then a SIGINT that killed it was Ctrl-C.
+    fn had_terminal(&self) -> bool {
+        self.handed.get()
+            || self
+                .terminal
+                .as_ref()
+                .is_some_and(|t| t.foreground() == self.pgid)
     }
 
     /// Sends `sig`, then SIGCONT: a stopped CMD must run to act on it.
@@ -125,6 +135,7 @@ impl Running {
                 }
                 if t.ours() {
                     t.give(self.pgid);
+                    self.handed.set(true);
                 }
                 self.signal(libc::SIGCONT);
             }
@@ -155,7 +166,7 @@ impl Running {
                 status = self.child.wait() => {
                     use std::os::unix::process::ExitStatusExt;
                     break match status {
-                        Ok(st) if self.handed && st.signal() == Some(libc::SIGINT) => {
+                        Ok(st) if self.had_terminal() && st.signal() == Some(libc::SIGINT) => {
                             Outcome::Interrupted
                         }
                         Ok(st) => Outcome::Exited(exit_code(st)),

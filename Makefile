@@ -44,10 +44,10 @@ test-python: build
 	@py="$$(scripts/python-env.sh)" && cd python && "$$py" -m mypy --strict src && "$$py" -m pytest -q -rs
 
 test-valkey: build fault-module test-deps
-	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" scripts/module-tests.sh
 
 test-redis8: build fault-module test-deps
-	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/redis8.sh)" $(CARGO) test -p redis-lease --tests --no-fail-fast
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/redis8.sh)" scripts/module-tests.sh
 
 valgrind: build test-deps
 	scripts/valgrind-check.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs integration tests with every redis-server under valgrind, stopping servers gracefully so
 # leaks are reported, then fails if any report points into the module.
-#   scripts/valgrind-check.sh [cargo test args... -- test args]   (default: the commands and
+#   scripts/valgrind-check.sh [--test NAME... -- test args]   (default: the commands and
 #   durability tests); the test binary always gets --test-threads 2.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ args=("$@")
   --skip aof_rewrite_with_rdb_preamble_then_restart_keeps_state)
 case " ${args[*]} " in *" -- "*) ;; *) args+=(--) ;; esac
 REDIS_SERVER="$PWD/scripts/valgrind-server.sh" REDIS_LEASE_GRACEFUL=1 REDIS_LEASE_SLOW=1 \
-  cargo test -p redis-lease "${args[@]}" --test-threads 2
+  scripts/module-tests.sh "${args[@]}" --test-threads 2
 status=$?
 logs=$(ls "$VALGRIND_LOG_DIR"/vg-*.log 2>/dev/null | wc -l)
 # A report block is blank-line separated; keep those that name the module.

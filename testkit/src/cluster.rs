@@ -128,16 +128,29 @@ impl Cluster {
     pub fn fail_over(&self, key: &str) -> NodeLine {
         let master = self.owner_of(key);
         let mut mconn = self.node(master.port).conn();
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(5000)
-            .query(&mut mconn)
-            .unwrap();
-        assert_eq!(acked, 1, "the replica has every write");
         let replica = cluster_nodes(&mut mconn)
             .into_iter()
             .find(|n| !n.master && n.master_id == master.id)
             .unwrap();
+        // A replica may be between links (a resync): give it time, and say why if it never
+        // acknowledges.
+        let start = std::time::Instant::now();
+        loop {
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(1000)
+                .query(&mut mconn)
+                .unwrap();
+            if acked == 1 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the replica never acknowledged the master's writes; master:\n{:?}\nreplica log:\n{}",
+                info_field(&mut mconn, "replication", "connected_slaves"),
+                self.node(replica.port).log()
+            );
+        }
         let mut rconn = self.node(replica.port).conn();
         let _: () = redis::cmd("CLUSTER")
             .arg("FAILOVER")

@@ -280,9 +280,11 @@ impl LeaderElector {
     pub fn start(&self) -> Election {
         let (tx, rx) = watch::channel(Leadership::default());
         let (stop_tx, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(campaign(self.clone(), tx, stop_rx));
+        let (fenced, fenced_rx) = watch::channel(None);
+        let task = tokio::spawn(campaign(self.clone(), tx, stop_rx, fenced_rx));
         Election {
             rx,
+            fenced,
             stop: Some(stop_tx),
             task: Some(task),
             elector: self.clone(),
@@ -294,8 +296,9 @@ async fn campaign(
     e: LeaderElector,
     tx: watch::Sender<Leadership>,
     mut stop: oneshot::Receiver<()>,
+    fenced: watch::Receiver<Option<u64>>,
 ) {
-    let run = campaign_loop(&e, &tx);
+    let run = campaign_loop(&e, &tx, fenced);
     tokio::select! {
         _ = run => {}
         _ = &mut stop => {}
@@ -306,7 +309,23 @@ async fn campaign(
     });
 }
 
-async fn campaign_loop(e: &LeaderElector, tx: &watch::Sender<Leadership>) {
+/// Resolves once `term` is reported fenced (`LEASE.EXEC` answered `FENCED` for it).
+async fn fenced_term(rx: &mut watch::Receiver<Option<u64>>, term: u64) {
+    loop {
+        if *rx.borrow_and_update() == Some(term) {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn campaign_loop(
+    e: &LeaderElector,
+    tx: &watch::Sender<Leadership>,
+    mut fenced: watch::Receiver<Option<u64>>,
+) {
     let timing = e.opts.timing;
     let renew = Renewer {
         cmd: redis::cmd("LEADER.RENEW")
@@ -416,6 +435,8 @@ async fn campaign_loop(e: &LeaderElector, tx: &watch::Sender<Leadership>) {
             biased;
             r = dog => r,
             _ = forward => LossReason::Failed,
+            // The server said this term is over: no need to wait for the next renewal.
+            _ = fenced_term(&mut fenced, term) => LossReason::Revoked,
         };
         tx.send_modify(|l| {
             l.is_leader = false;
@@ -463,6 +484,8 @@ async fn resign(e: &LeaderElector) -> Result<bool> {
 #[derive(Debug)]
 pub struct Election {
     rx: watch::Receiver<Leadership>,
+    /// A term `exec` found fenced, for the campaign to step down from at once.
+    fenced: watch::Sender<Option<u64>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     elector: LeaderElector,
@@ -568,8 +591,9 @@ impl Election {
     /// one, atomically with the check (`LEASE.EXEC key term cmd...`), and answers its reply;
     /// see [`LockGuard::exec`](crate::LockGuard::exec). It is sent with the term of the
     /// current (or else the last) leadership: the server's check decides. A candidate that
-    /// never led gets [`Error::Fenced`] without a request; so does one whose term has ended
-    /// (the campaign notices the loss by itself at its next renewal). In a Redis Cluster the
+    /// never led gets [`Error::Fenced`] without a request; so does one whose term has ended,
+    /// and then, if it still counted that term as leading, it steps down at once (and
+    /// campaigns again) instead of at its next renewal. In a Redis Cluster the
     /// command's keys must hash to the election key's slot.
     ///
     /// ```no_run
@@ -586,7 +610,11 @@ impl Election {
         };
         let e = &self.elector;
         let deadline = exec::deadline(l.valid_until, e.client.command_timeout());
-        exec::exec(&e.client, &e.key, term, cmd, deadline, e.opts.retry).await
+        let out = exec::exec(&e.client, &e.key, term, cmd, deadline, e.opts.retry).await;
+        if matches!(out, Err(Error::Fenced(_))) {
+            self.fenced.send_replace(Some(term));
+        }
+        out
     }
 
     /// Stops campaigning (and leading), then sends `LEADER.RESIGN` so that the next candidate

@@ -121,6 +121,51 @@ async fn fenced_runs_nothing_and_marks_the_lease_lost() {
     assert_eq!(get(&s, "{o:2}:data").await.as_deref(), Some("mine"));
 }
 
+/// A leader told FENCED steps down at once, not at its next renewal (a third of the 30 s ttl
+/// away), and campaigns again for a new term.
+#[tokio::test]
+async fn a_fenced_leader_steps_down_at_once() {
+    let s = server();
+    let conn = connector(&s).await;
+    let election = conn
+        .elector("{o:9}")
+        .with_candidate("a")
+        .with_ttl(Duration::from_secs(30))
+        .unwrap()
+        .start();
+    let term = tokio::time::timeout(Duration::from_secs(10), election.wait_leader())
+        .await
+        .expect("elected")
+        .unwrap();
+    let mut watch = election.watch();
+    watch.borrow_and_update();
+    let mut c = raw(&s).await;
+    let _: i64 = c.del("{o:9}").await.unwrap();
+    let err = election
+        .exec::<String>(&set("{o:9}:data", "late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced(_)), "{err}");
+    tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            watch.changed().await.unwrap();
+            let l = watch.borrow_and_update().clone();
+            if !l.is_leader || l.term != Some(term) {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("stepped down from the fenced term within 3 s");
+    assert_eq!(get(&s, "{o:9}:data").await, None);
+    // It campaigns again: a new term, above the fenced one.
+    let next = tokio::time::timeout(Duration::from_secs(10), election.wait_leader())
+        .await
+        .expect("elected again")
+        .unwrap();
+    assert!(next > term, "{next} after {term}");
+}
+
 #[tokio::test]
 async fn a_read_hold_does_not_fence_writes_and_keeps_its_lease() {
     let s = server();

@@ -47,10 +47,15 @@ impl Pty {
         cmd.stdin(slave.try_clone().unwrap())
             .stdout(slave.try_clone().unwrap())
             .stderr(slave.try_clone().unwrap());
-        // SAFETY: setsid and ioctl are async-signal-safe; they make the child a session
-        // leader whose controlling terminal is the pty on its stdin.
+        // SAFETY: setsid, ioctl and sigaction (through signal) are async-signal-safe; they
+        // make the child a session leader whose controlling terminal is the pty on its stdin,
+        // with the signal dispositions a terminal session starts with (a test run started in
+        // the background of a shell inherits SIGINT and SIGQUIT ignored).
         unsafe {
             cmd.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }

@@ -14,6 +14,7 @@
 //! * `fault`: servers with the fault-injection build of the module (`LEASE.FAULT`).
 //! * `dump`: DUMP payloads of module values, decoded and crafted (RDB fields, CRC64).
 //! * `socket`: a raw RESP2 client on a `TcpStream` (no retry can hide a lost reply).
+//! * `sentinel`: sentinels on loopback with a test timing (`Sentinel`, `SentinelTiming`).
 //! * `serverlog`: a server log without crashes, assertions or panics, and printable.
 //! * `timed`: a blocking request whose reply comes with its arrival time; `crowd`: thousands of
 //!   raw connections (parked waiters); `usage`: used memory and command time; `dataset`: two
@@ -34,6 +35,7 @@ pub mod poll;
 pub mod raw;
 pub mod replica;
 pub mod reply;
+pub mod sentinel;
 pub mod server;
 pub mod serverlog;
 pub mod socket;

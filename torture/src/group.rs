@@ -3,43 +3,15 @@
 //! by its pid when the group is dropped. All calls block; the fault injector runs them on a
 //! thread of its own.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use redis_lease_testkit::{free_port, server_binary, Options, Server};
+use redis_lease_testkit::sentinel::{fine, Sentinel, SERVICE};
+use redis_lease_testkit::{Options, Server};
 
-/// The name the sentinels monitor.
-pub const SERVICE: &str = "lease";
-
-/// Sentinel timing.
-#[derive(Clone, Copy, Debug)]
-pub struct SentinelTiming {
-    pub down_after: Duration,
-    /// Also the least time between two failovers of one master: a sentinel starts no failover
-    /// within twice this of the last one it started or voted for.
-    pub failover_timeout: Duration,
-    /// How often a sentinel pings each instance (`SENTINEL DEBUG ping-period`; Sentinel's
-    /// default is 1 s). It must stay below down-after: a sentinel sends the first ping to a
-    /// newly promoted master one period after the switch, and counts it down once down-after
-    /// has passed since the switch with no reply, so with the two equal it may flag the new
-    /// master down and fail over again at once.
-    pub ping_period: Duration,
-}
-
-/// One short-lived connection with timeouts (a frozen server must not hang the injector).
-pub fn quick(port: u16) -> Option<redis::Connection> {
-    let c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let conn = c
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    conn.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
-    Some(conn)
-}
+pub use redis_lease_testkit::sentinel::{quick, SentinelTiming};
 
 /// What `ROLE` says of a server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,138 +65,6 @@ pub fn info_field(port: u16, section: &str, field: &str) -> Option<String> {
             .and_then(|r| r.strip_prefix(':'))
             .map(|v| v.trim().to_string())
     })
-}
-
-pub struct Sentinel {
-    pub port: u16,
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Sentinel {
-    fn start(master_port: u16, timing: SentinelTiming) -> Sentinel {
-        let mut last = String::new();
-        for _ in 0..5 {
-            let dir = tempfile::Builder::new()
-                .prefix("redis-lease-sentinel-")
-                .tempdir()
-                .expect("tempdir");
-            let port = free_port();
-            // Sentinel rewrites its configuration file: each has its own.
-            let conf = dir.path().join("sentinel.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile sentinel.log\n\
-                     sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
-                     sentinel down-after-milliseconds {SERVICE} {down}\n\
-                     sentinel failover-timeout {SERVICE} {failover}\n\
-                     sentinel parallel-syncs {SERVICE} 1\n",
-                    dir = dir.path().display(),
-                    down = timing.down_after.as_millis(),
-                    failover = timing.failover_timeout.as_millis(),
-                ),
-            )
-            .expect("write sentinel.conf");
-            let child = Command::new(server_binary())
-                .arg(&conf)
-                .arg("--sentinel")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server --sentinel");
-            let mut s = Sentinel { port, child, dir };
-            if s.wait_ready() && s.debug("ping-period", timing.ping_period) {
-                return s;
-            }
-            last = s.log();
-        }
-        panic!("sentinel did not start: {last}");
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            if let Some(mut c) = quick(self.port) {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return true;
-                }
-            }
-            sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    /// `SENTINEL DEBUG <param> <ms>`: one of Sentinel's internal periods (Redis 7.0+).
-    fn debug(&self, param: &str, value: Duration) -> bool {
-        quick(self.port).is_some_and(|mut c| {
-            redis::cmd("SENTINEL")
-                .arg("DEBUG")
-                .arg(param)
-                .arg(value.as_millis() as u64)
-                .query::<String>(&mut c)
-                .is_ok()
-        })
-    }
-
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("sentinel.log")
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-
-    /// The port of the master this sentinel names.
-    pub fn master_port(&self) -> Option<u16> {
-        let mut c = quick(self.port)?;
-        let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(SERVICE)
-            .query(&mut c)
-            .ok()?;
-        addr.map(|(_, p)| p)
-    }
-
-    /// The flags of the replicas (by port) and of the other sentinels it knows.
-    fn known(&self) -> Option<(HashMap<u16, String>, Vec<String>)> {
-        let mut c = quick(self.port)?;
-        let mut list = |sub: &str| -> Option<Vec<HashMap<String, String>>> {
-            redis::cmd("SENTINEL")
-                .arg(sub)
-                .arg(SERVICE)
-                .query(&mut c)
-                .ok()
-        };
-        let replicas = list("replicas")?
-            .into_iter()
-            .filter_map(|r| Some((r.get("port")?.parse().ok()?, r.get("flags")?.clone())))
-            .collect();
-        let sentinels = list("sentinels")?
-            .into_iter()
-            .filter_map(|s| s.get("flags").cloned())
-            .collect();
-        Some((replicas, sentinels))
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether an instance's Sentinel flags say it is fine (`master_down` on a sentinel is only
-/// its last answer about the master).
-fn fine(flags: &str) -> bool {
-    !flags
-        .split(',')
-        .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
 }
 
 pub struct Group {

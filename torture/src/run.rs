@@ -39,6 +39,7 @@ impl Config {
         down_after: Duration::from_millis(1000),
         failover_timeout: Duration::from_millis(1500),
         ping_period: Duration::from_millis(500),
+        parallel_syncs: 1,
     };
 
     /// The workers' ttl: longer than most failovers take here (about 2.3 s), so that a holder

@@ -1,144 +1,32 @@
 //! A Sentinel group on loopback for failover tests: one master and its replicas (all with the
-//! module) watched by three sentinels (`redis-server --sentinel`, no module) with a short
+//! module) watched by three sentinels (`testkit::sentinel`) with a short
 //! `down-after-milliseconds`. Every process is stopped by its pid when the group is dropped.
-//! (A candidate for the shared test kit.)
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redis_lease_testkit::{free_port, server_binary, Options, Server};
+use redis_lease_testkit::sentinel::{Sentinel, SentinelTiming};
+use redis_lease_testkit::{Options, Server};
 
 use super::replica::wait_replicas;
 
-/// The name the sentinels monitor.
-pub const SERVICE: &str = "lease";
+pub use redis_lease_testkit::sentinel::SERVICE;
 
-/// How often each sentinel pings each instance (`SENTINEL DEBUG ping-period`; the default is
-/// 1 s). It must stay below down-after: a sentinel first pings a newly promoted master one
-/// period after the switch and counts it down once down-after has passed since the switch with
-/// no reply, so with the two equal it may fail the new master over again at once.
-const PING_PERIOD: Duration = Duration::from_millis(500);
+/// Down after 1 s, pinged every 500 ms (below down-after: see `SentinelTiming`).
+const TIMING: SentinelTiming = SentinelTiming {
+    down_after: Duration::from_millis(1000),
+    failover_timeout: Duration::from_millis(6000),
+    ping_period: Duration::from_millis(500),
+    parallel_syncs: 2,
+};
 
-pub struct Sentinel {
-    pub port: u16,
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Sentinel {
-    fn start(master_port: u16) -> Sentinel {
-        let dir =
-            std::env::temp_dir().join(format!("redis-lease-sentinel-{}", uuid::Uuid::new_v4()));
-        let mut last = String::new();
-        for _ in 0..5 {
-            std::fs::create_dir_all(&dir).unwrap();
-            let port = free_port();
-            // Sentinel rewrites its configuration file, so each has its own.
-            let conf = dir.join("sentinel.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile sentinel.log\n\
-                     sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
-                     sentinel down-after-milliseconds {SERVICE} 1000\n\
-                     sentinel failover-timeout {SERVICE} 6000\n\
-                     sentinel parallel-syncs {SERVICE} 2\n",
-                    dir = dir.display()
-                ),
-            )
-            .unwrap();
-            let child = Command::new(server_binary())
-                .arg(&conf)
-                .arg("--sentinel")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server --sentinel");
-            let mut s = Sentinel {
-                port,
-                child,
-                dir: dir.clone(),
-            };
-            if s.wait_ready() && s.ping_every(PING_PERIOD) {
-                return s;
-            }
-            last = s.log();
-        }
-        panic!("sentinel did not start: {last}");
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            if let Ok(mut c) = self.conn() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return true;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    fn ping_every(&self, period: Duration) -> bool {
-        self.conn().is_ok_and(|mut c| {
-            redis::cmd("SENTINEL")
-                .arg("DEBUG")
-                .arg("ping-period")
-                .arg(period.as_millis() as u64)
-                .query::<String>(&mut c)
-                .is_ok()
-        })
-    }
-
-    pub fn conn(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
-            .get_connection_with_timeout(Duration::from_millis(500))
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default()
-    }
-
-    /// The port of the master this sentinel names.
-    pub fn master_port(&self) -> Option<u16> {
-        let mut c = self.conn().ok()?;
-        let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(SERVICE)
-            .query(&mut c)
-            .ok()?;
-        addr.map(|(_, p)| p)
-    }
-
-    /// How many (replicas, other sentinels) it knows, not counting those it thinks down.
-    fn known(&self) -> Option<(usize, usize)> {
-        let mut c = self.conn().ok()?;
-        let count = |sub: &str, c: &mut redis::Connection| -> Option<usize> {
-            let items: Vec<std::collections::HashMap<String, String>> =
-                redis::cmd("SENTINEL").arg(sub).arg(SERVICE).query(c).ok()?;
-            Some(
-                items
-                    .iter()
-                    .filter(|i| i.get("flags").is_some_and(|f| !f.contains("down")))
-                    .count(),
-            )
-        };
-        Some((count("replicas", &mut c)?, count("sentinels", &mut c)?))
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// How many (replicas, other sentinels) a sentinel knows, not counting those it thinks down.
+fn known(s: &Sentinel) -> Option<(usize, usize)> {
+    let (replicas, sentinels) = s.known()?;
+    let up = |f: &&String| !f.contains("down");
+    Some((
+        replicas.values().filter(up).count(),
+        sentinels.iter().filter(up).count(),
+    ))
 }
 
 pub struct Group {
@@ -159,16 +47,18 @@ impl Group {
         }
         wait_replicas(&master, replicas as i64);
         servers.insert(0, master);
-        let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(servers[0].port)).collect();
+        let sentinels: Vec<Sentinel> = (0..3)
+            .map(|_| Sentinel::start(servers[0].port, TIMING))
+            .collect();
         let g = Group { servers, sentinels };
         // Sentinels find the replicas through the master's INFO and each other through hello
         // messages (every 2 s): a failover needs both.
         let start = Instant::now();
-        while !g.sentinels.iter().all(|s| s.known() == Some((replicas, 2))) {
+        while !g.sentinels.iter().all(|s| known(s) == Some((replicas, 2))) {
             assert!(
                 start.elapsed() < Duration::from_secs(30),
                 "sentinels did not find each other: {:?}",
-                g.sentinels.iter().map(Sentinel::known).collect::<Vec<_>>()
+                g.sentinels.iter().map(known).collect::<Vec<_>>()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -202,7 +92,7 @@ impl Group {
 
     /// `SENTINEL FAILOVER`: a failover without agreement, the master still running.
     pub fn failover(&self) {
-        let mut c = self.sentinels[0].conn().unwrap();
+        let mut c = self.sentinels[0].conn().expect("a sentinel connection");
         let _: () = redis::cmd("SENTINEL")
             .arg("FAILOVER")
             .arg(SERVICE)

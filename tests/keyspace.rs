@@ -479,7 +479,7 @@ fn held_keys_deleted_by_any_route_leave_no_index_entries() {
             }
             other => unreachable!("{other}"),
         }
-        let (reply, _) = w.wait(Duration::from_secs(2));
+        let (reply, _) = w.wait(Duration::from_secs(10));
         let gone = reply.expect_err(&format!("{route}: the waiter"));
         assert!(gone.contains("LOCKGONE"), "{route}: the waiter got {gone}");
         for k in &keys {

@@ -431,12 +431,12 @@ async fn campaign_loop(
             }
             std::future::pending::<()>().await
         };
-        let reason = tokio::select! {
+        let (reason, by_fence) = tokio::select! {
             biased;
-            r = dog => r,
-            _ = forward => LossReason::Failed,
+            r = dog => (r, false),
+            _ = forward => (LossReason::Failed, false),
             // The server said this term is over: no need to wait for the next renewal.
-            _ = fenced_term(&mut fenced, term) => LossReason::Revoked,
+            _ = fenced_term(&mut fenced, term) => (LossReason::Revoked, true),
         };
         tx.send_modify(|l| {
             l.is_leader = false;
@@ -447,8 +447,9 @@ async fn campaign_loop(
             // next one take over at once.
             let _ = resign(e).await;
         }
-        if reason != LossReason::Revoked {
-            // The server was unreachable or failing: do not hammer it.
+        if reason != LossReason::Revoked || by_fence {
+            // The server was unreachable or failing (or said FENCED while a campaign could
+            // answer the same term again): do not hammer it.
             if let Some(d) = backoff.next_delay_now(None) {
                 tokio::time::sleep(d).await;
             }

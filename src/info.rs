@@ -5,6 +5,7 @@ use std::ffi::CStr;
 
 use crate::clock::now_ms;
 use crate::ffi::info::Section;
+use crate::num::saturating_i64;
 use crate::{holdback, state};
 
 pub fn write(out: &mut Section) {
@@ -57,7 +58,7 @@ pub fn write(out: &mut Section) {
         ),
     ];
     for (name, value) in ints {
-        out.int(name, value.min(i64::MAX as u64) as i64);
+        out.int(name, saturating_i64(value));
     }
     out.float(c"wait_ms_avg", avg);
 }

@@ -22,6 +22,7 @@
 mod clock;
 mod config;
 mod index;
+mod num;
 mod parse;
 mod registry;
 mod slot;

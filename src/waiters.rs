@@ -12,6 +12,7 @@ use crate::clock::now_ms;
 use crate::ffi::block::{self, Parked};
 use crate::ffi::ctx::Ctx;
 use crate::index::Slot;
+use crate::num::saturating_i64;
 use crate::registry::Rec;
 use crate::state;
 
@@ -39,7 +40,7 @@ impl Parked for Waiters {
 
     fn reply(ctx: &Ctx, answer: Option<&Answer>) {
         match answer {
-            Some(Answer::Token(t)) => ctx.reply_int((*t).min(i64::MAX as u64) as i64),
+            Some(Answer::Token(t)) => ctx.reply_int(saturating_i64(*t)),
             Some(Answer::Gone) => ctx.reply_error_c(GONE),
             Some(Answer::Demoted) => ctx.reply_error_c(DEMOTED),
             Some(Answer::Nil) | None => ctx.reply_null(),

@@ -9,6 +9,7 @@ pub mod leader;
 pub mod rwlock;
 pub mod semaphore;
 
+use crate::num::saturating_i64;
 use redis_lease_core::{Acquire, Changes, Effect, Env, Id, LockError, Wait};
 
 use crate::clock;
@@ -99,7 +100,7 @@ pub fn refused(e: LockError) -> ReplyError {
 }
 
 pub fn token(t: u64) -> Reply {
-    Reply::Int(t.min(i64::MAX as u64) as i64)
+    Reply::Int(saturating_i64(t))
 }
 
 /// Whole ms left until `deadline` (a live one: `deadline > now`), rounded down against the
@@ -108,7 +109,7 @@ pub fn ms_left(deadline: u64, now: u64, fraction: bool) -> i64 {
     let left = deadline
         .saturating_sub(now)
         .saturating_sub(u64::from(fraction));
-    left.min(i64::MAX as u64) as i64
+    saturating_i64(left)
 }
 
 fn open<'a>(ctx: &'a Ctx, args: &Args<'a>) -> Result<Key<'a>, ReplyError> {

@@ -12,6 +12,7 @@ use redis_module::raw;
 use super::api;
 use super::ctx::Ctx;
 use super::string::{RStr, RString};
+use crate::num::saturating_i64;
 use crate::wire::{encode, Arg, Word};
 
 /// The fixed words as Redis strings (their addresses), created once and kept for the life of
@@ -53,7 +54,7 @@ pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<Owner>, effects: 
                 }
             },
             Arg::Num(n) => {
-                made.push(RString::from_i64(n.min(i64::MAX as u64) as i64));
+                made.push(RString::from_i64(saturating_i64(n)));
                 made.last()
                     .map_or(std::ptr::null_mut(), |s| s.as_str().raw())
             }
@@ -76,7 +77,7 @@ pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<Owner>, effects: 
 
 /// Replicates `LEASE.APPLY key kind EVICTED until`: the key was evicted while its leases ran.
 pub fn evicted(ctx: &Ctx, key: RStr, kind: Word, until: u64) {
-    let until = RString::from_i64(until.min(i64::MAX as u64) as i64);
+    let until = RString::from_i64(saturating_i64(until));
     let args = [
         key.raw(),
         word(kind),

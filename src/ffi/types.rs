@@ -1,6 +1,7 @@
 //! The data types' callbacks: `extern "C"` trampolines, each under the panic guard, around a
 //! safe trait the entry layer implements for each value type.
 
+use crate::num::saturating_i64;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
@@ -157,7 +158,7 @@ unsafe extern "C" fn aof_rewrite<T: DataType>(
         let args: Vec<RString> = fields
             .into_iter()
             .map(|f| match f {
-                Field::U64(n) => RString::from_i64(n.min(i64::MAX as u64) as i64),
+                Field::U64(n) => RString::from_i64(saturating_i64(n)),
                 Field::Bytes(b) => RString::from_bytes(b),
                 Field::Id(id) => RString::from_bytes(&id.bytes()),
                 Field::Owned(b) => RString::from_bytes(&b),

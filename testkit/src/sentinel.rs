@@ -40,6 +40,15 @@ pub fn quick(port: u16) -> Option<redis::Connection> {
     Some(conn)
 }
 
+/// The `redis+sentinel://` URL of [`SERVICE`] through `sentinels`.
+pub fn sentinel_url(sentinels: &[Sentinel]) -> String {
+    let hosts: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    format!("redis+sentinel://{}/{SERVICE}", hosts.join(","))
+}
+
 /// One sentinel, monitoring [`SERVICE`] with quorum 2.
 pub struct Sentinel {
     pub port: u16,

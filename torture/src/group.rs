@@ -8,7 +8,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use redis_lease_testkit::sentinel::{fine, Sentinel, SERVICE};
+use redis_lease_testkit::sentinel::{fine, sentinel_url, Sentinel};
 use redis_lease_testkit::{Options, Server};
 
 pub use redis_lease_testkit::sentinel::{quick, SentinelTiming};
@@ -110,12 +110,7 @@ impl Group {
 
     /// The `redis+sentinel://` URL of the group.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
-            .collect();
-        format!("redis+sentinel://{}/{SERVICE}", hosts.join(","))
+        sentinel_url(&self.sentinels)
     }
 
     pub fn ports(&self) -> Vec<u16> {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use redis_lease_testkit::sentinel::{Sentinel, SentinelTiming};
+use redis_lease_testkit::sentinel::{sentinel_url, Sentinel, SentinelTiming};
 use redis_lease_testkit::{Options, Server};
 
 use super::replica::wait_replicas;
@@ -67,12 +67,7 @@ impl Group {
 
     /// The `redis+sentinel://` URL of the group.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
-            .collect();
-        format!("redis+sentinel://{}/{SERVICE}", hosts.join(","))
+        sentinel_url(&self.sentinels)
     }
 
     /// The master as the sentinels name it.

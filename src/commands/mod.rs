@@ -9,7 +9,6 @@ pub mod leader;
 pub mod rwlock;
 pub mod semaphore;
 
-use crate::num::saturating_i64;
 use redis_lease_core::{Acquire, Changes, Effect, Env, Id, LockError, Wait};
 
 use crate::clock;
@@ -19,6 +18,7 @@ use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
 use crate::ffi::replicate::Owner;
 use crate::ffi::reply::{Reply, ReplyError};
+use crate::num::saturating_i64;
 use crate::parse::{self, Wait as WaitOpt};
 use crate::value::{Saved, Stored};
 use crate::{config, holdback, reopen, state, waiters};

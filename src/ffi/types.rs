@@ -1,7 +1,6 @@
 //! The data types' callbacks: `extern "C"` trampolines, each under the panic guard, around a
 //! safe trait the entry layer implements for each value type.
 
-use crate::num::saturating_i64;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
@@ -12,6 +11,7 @@ use super::guard;
 use super::io::Io;
 use super::key::Typed;
 use super::string::{RStr, RString};
+use crate::num::saturating_i64;
 
 /// Where a key is (or is going to be).
 #[derive(Clone, Copy, Debug)]

@@ -94,7 +94,7 @@ fn event(kind: Kind, e: &Effect) -> Option<&'static CStr> {
         (Semaphore, Take { .. }) => c"semaphore.acquire",
         (Semaphore, Release { .. }) => c"semaphore.release",
         (Semaphore, Drop { .. }) => c"semaphore.lapse",
-        (_, Renew { .. } | Limit { .. } | Grant { .. } | Take { .. }) => return None,
+        (_, Renew { .. } | Limit { .. } | Grant { .. } | Take { .. } | Cap { .. }) => return None,
     })
 }
 
@@ -121,7 +121,7 @@ fn count(kind: Kind, effects: &[Effect]) {
                 },
             ) => t.lapses += 1,
             (_, Effect::Drop { .. }) => t.resignations += 1,
-            (_, Effect::Limit { .. }) => {}
+            (_, Effect::Limit { .. } | Effect::Cap { .. }) => {}
         }
     }
     state::with(move |s| s.stats.add_effects(&t));
@@ -190,6 +190,13 @@ where
         }
     }
     waiters::answer_changes(&changes);
+    if !changes.ready.is_empty() {
+        // Multi-key requests at the head here: granted by the entry point's `groups::drain`,
+        // or by the timer, armed for now in case this entry point does not drain.
+        let ready = changes.ready;
+        state::with(move |s| s.waiters.push_ready(&ready));
+        schedule::arm(clock::now_ms());
+    }
     settle::<K>(key);
 }
 

@@ -25,7 +25,7 @@ pub fn write(out: &mut Section) {
     } else {
         0.0
     };
-    let ints: [(&CStr, u64); 27] = [
+    let ints: [(&CStr, u64); 28] = [
         (c"keys", state::keys().max(0) as u64),
         (c"holders", state::holders().max(0) as u64),
         (c"waiters", waiting as u64),
@@ -52,6 +52,7 @@ pub fn write(out: &mut Section) {
         (c"lobby_waiters", holdback::waiting() as u64),
         (c"evictions", s.evictions),
         (c"stalls", s.stalls),
+        (c"deadlocks", s.deadlocks),
         (
             c"evicted_holdbacks",
             state::with(move |s| s.evicted.values().filter(|e| e.until > now).count()) as u64,

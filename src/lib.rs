@@ -40,8 +40,10 @@ mod schedule;
 mod waiters;
 
 mod commit;
+mod many;
 mod reopen;
 mod visit;
+mod waitgraph;
 
 mod apply;
 mod commands;
@@ -96,6 +98,7 @@ mod module {
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, 100_000_000, ConfigurationFlags::DEFAULT, None],
                 ["max-id-length", &MAX_ID_LENGTH, DEFAULT_MAX_ID_LENGTH, 1, ID_LENGTH_CEILING, ConfigurationFlags::DEFAULT, None],
                 ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
+                ["max-hold", &MAX_HOLD, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [],

@@ -40,6 +40,8 @@ pub struct Stats {
     /// Times the server was found to have stopped running (SIGSTOP, a paused VM, a long
     /// blocking command, a forward clock step) for longer than the stall bound.
     pub stalls: u64,
+    /// Requests refused because their wait would have closed a cycle of waits.
+    pub deadlocks: u64,
 }
 
 impl Stats {

@@ -3,11 +3,23 @@
 
 use std::os::raw::c_int;
 
-use crate::commands::{exec, leader, rwlock, semaphore};
+use crate::commands::{exec, leader, multi, rwlock, semaphore};
 use crate::ffi::command::{self, RawCtx, RawString, Spec};
 
 macro_rules! spec {
     ($name:literal, $handler:path, $flags:literal, $arity:literal, $acl:expr, $summary:literal, $complexity:literal) => {
+        spec!(
+            $name,
+            $handler,
+            $flags,
+            $arity,
+            $acl,
+            $summary,
+            $complexity,
+            false
+        )
+    };
+    ($name:literal, $handler:path, $flags:literal, $arity:literal, $acl:expr, $summary:literal, $complexity:literal, $numkeys:literal) => {
         Spec {
             name: $name,
             func: {
@@ -25,6 +37,7 @@ macro_rules! spec {
             acl: $acl,
             summary: $summary,
             complexity: $complexity,
+            numkeys: $numkeys,
         }
     };
 }
@@ -48,6 +61,15 @@ pub static COMMANDS: &[Spec] = &[
     spec!(c"rwlock.info", rwlock::info, c"readonly", 2, None,
         c"Shows the mode, holders, waiters and last token of a lock.",
         c"O(N) where N is the number of holders"),
+    spec!(c"rwlock.mlock", multi::mlock, c"write deny-oom getkeys-api", -5, BLOCKING,
+        c"Takes holds on several keys at once, all or nothing; waits in FIFO order on every key with WAIT.",
+        c"O(K log N) where K is the number of keys", true),
+    spec!(c"rwlock.munlock", multi::munlock, c"write getkeys-api", -4, None,
+        c"Releases one hold of an owner on each of several keys.",
+        c"O(K log N + M) where M is the number of waiters granted", true),
+    spec!(c"rwlock.mrenew", multi::mrenew, c"write fast getkeys-api", -5, None,
+        c"Makes an owner's holds on several keys last ttl from now, or none of them past a hold's cap.",
+        c"O(K log N)", true),
     spec!(c"leader.campaign", leader::campaign, c"write deny-oom", -4, BLOCKING,
         c"Becomes (or stays) leader of an election; waits in FIFO order with WAIT.",
         c"O(log N) where N is the number of waiting candidates"),

@@ -2,7 +2,9 @@
 //! AOF see them. Deterministic: absolute deadlines and explicit tokens.
 //!
 //! Ops: `GRANT owner read|write deadline token`, `TAKE owner permits deadline token`,
-//! `LIMIT n`, `RELEASE owner`, `DROP owner lapse|resign`, `RENEW owner deadline`; and for AOF
+//! `LIMIT n`, `RELEASE owner`, `DROP owner lapse|resign`, `RENEW owner deadline`, `CAP owner
+//! at` (the hold may not be renewed past `at`: after a grant with a max hold, and after an
+//! AOF rewrite's `HOLD` of a capped holder); and for AOF
 //! rewrites `HOLD owner reads writes deadline token` (a holder exactly as it is), `LAST token`
 //! (the key's last token) and `HIGH token` (the server-wide token high-water mark, so that an
 //! AOF without an RDB preamble keeps it too); and `EVICTED until` (the key was evicted while
@@ -31,10 +33,11 @@ pub enum Word {
     Lapse,
     Resign,
     Evicted,
+    Cap,
 }
 
 impl Word {
-    pub const ALL: [Word; 14] = [
+    pub const ALL: [Word; 15] = [
         Word::RwLock,
         Word::Leader,
         Word::Semaphore,
@@ -49,6 +52,7 @@ impl Word {
         Word::Lapse,
         Word::Resign,
         Word::Evicted,
+        Word::Cap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +71,7 @@ impl Word {
             Word::Lapse => "lapse",
             Word::Resign => "resign",
             Word::Evicted => "EVICTED",
+            Word::Cap => "CAP",
         }
     }
 
@@ -160,6 +165,11 @@ pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
                 out(Arg::Word(Word::Renew));
                 out(Arg::Id(owner));
                 out(Arg::Num(*deadline));
+            }
+            Effect::Cap { owner, at } => {
+                out(Arg::Word(Word::Cap));
+                out(Arg::Id(owner));
+                out(Arg::Num(*at));
             }
         }
     }
@@ -270,12 +280,20 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
                 };
                 (Op::Effect(effect), 3)
             }
+            b"CAP" => {
+                let effect = Effect::Cap {
+                    owner: owner(a(1))?,
+                    at: deadline(a(2))?,
+                };
+                (Op::Effect(effect), 3)
+            }
             b"HOLD" => {
                 let hold = Hold {
                     reads: count(a(2), "reads")?,
                     writes: count(a(3), "writes")?,
                     deadline: deadline(a(4))?,
                     token: token(a(5))?,
+                    cap: 0,
                 };
                 (Op::Hold(owner(a(1))?, hold), 6)
             }
@@ -326,6 +344,10 @@ mod tests {
                 deadline: 20,
             },
             Effect::Limit { limit: 3 },
+            Effect::Cap {
+                owner: o("c"),
+                at: 99,
+            },
             Effect::Take {
                 owner: o("d"),
                 permits: 2,

@@ -6,6 +6,7 @@ pub mod exec;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod leader;
+pub mod multi;
 pub mod rwlock;
 pub mod semaphore;
 
@@ -21,7 +22,7 @@ use crate::ffi::reply::{Reply, ReplyError};
 use crate::num::saturating_i64;
 use crate::parse::{self, Wait as WaitOpt};
 use crate::value::{Saved, Stored};
-use crate::{config, holdback, reopen, state, waiters};
+use crate::{config, holdback, reopen, state, waiters, waitgraph};
 
 pub type Outcome = Result<Reply, ReplyError>;
 
@@ -48,21 +49,58 @@ pub fn ttl(args: &Args, i: usize) -> Result<u64, ReplyError> {
     parse::ttl(args.bytes(i), config::max_ttl()).map_err(ReplyError::from)
 }
 
-/// The options from argument `from` on: the wait in ms as far as this context allows
-/// blocking (inside MULTI/EXEC or a script a request answers at once, as if no WAIT was
-/// given), and the permits (`limit`: a semaphore's).
+/// A request's options.
+#[derive(Clone, Copy, Debug)]
+pub struct Opts {
+    /// The wait in ms as far as this context allows blocking (inside MULTI/EXEC or a script a
+    /// request answers at once, as if no WAIT was given).
+    pub wait: Option<u64>,
+    pub permits: u32,
+    /// The hold's cap in ms from its first grant: the smaller of `MAXHOLD` and
+    /// `lease.max-hold` (0: none).
+    pub max_hold: u64,
+}
+
+/// The options after the fixed arguments, as [`parse::Options`] read them.
+pub fn opts(ctx: &Ctx, o: parse::Options) -> Opts {
+    let wait = match o.wait {
+        WaitOpt::Ms(ms) if ctx.may_block() => Some(ms),
+        _ => None,
+    };
+    Opts {
+        wait,
+        permits: o.permits,
+        max_hold: config::max_hold(o.max_hold),
+    }
+}
+
+/// The options from argument `from` on (`limit`: a semaphore's, for its permits).
 pub fn options(
     ctx: &Ctx,
     args: &Args,
     from: usize,
     limit: Option<u32>,
-) -> Result<(Option<u64>, u32), ReplyError> {
+) -> Result<Opts, ReplyError> {
     let o = parse::options(&args.rest(from), limit).map_err(ReplyError::from)?;
-    let wait = match o.wait {
-        WaitOpt::Ms(ms) if ctx.may_block() => Some(ms),
-        _ => None,
-    };
-    Ok((wait, o.permits))
+    Ok(opts(ctx, o))
+}
+
+/// A fresh wait of `ms` (0: without limit) from now. Like a lease, a wait never ends early:
+/// its deadline rounds up past a whole ms.
+pub fn new_wait(ms: u64) -> Wait {
+    Wait {
+        id: waiters::next_id(),
+        until: (ms > 0).then(|| {
+            let (now, fraction) = clock::now();
+            now.saturating_add(ms).saturating_add(u64::from(fraction))
+        }),
+    }
+}
+
+/// The reply to a request that would close a cycle of waits (it was not queued).
+pub fn deadlock() -> ReplyError {
+    state::with(|s| s.stats.deadlocks += 1);
+    "DEADLOCK this request would wait for an owner that waits for this owner".into()
 }
 
 /// Grants are decided by masters only: a replica that accepts writes (`replica-read-only no`)
@@ -78,6 +116,7 @@ pub fn writable(ctx: &Ctx) -> Result<(), ReplyError> {
 /// The reply to a request the rules refuse.
 pub fn refused(e: LockError) -> ReplyError {
     match e {
+        LockError::Deadlock => deadlock(),
         LockError::UpgradeDeadlock => {
             "DEADLOCK another reader of this key already waits to upgrade to the write lock".into()
         }
@@ -91,6 +130,11 @@ pub fn refused(e: LockError) -> ReplyError {
             format!("ERR this semaphore's limit is {limit}; a request must name the same limit")
                 .into()
         }
+        LockError::MaxHold { left } => format!(
+            "MAXHOLD {left} ms left of this hold's max hold (its first grant + MAXHOLD or \
+             lease.max-hold); a lease past it is refused"
+        )
+        .into(),
         LockError::PermitsMismatch { permits } => format!(
             "ERR this owner holds {permits} permits of this semaphore; release them before \
              asking for another number"
@@ -110,6 +154,15 @@ pub fn ms_left(deadline: u64, now: u64, fraction: bool) -> i64 {
         .saturating_sub(now)
         .saturating_sub(u64::from(fraction));
     saturating_i64(left)
+}
+
+/// A holder's cap as INFO shows it: whole ms left until it (-1: the hold has no cap).
+pub fn cap_left(cap: u64, now: u64, fraction: bool) -> i64 {
+    if cap == 0 {
+        -1
+    } else {
+        ms_left(cap, now, fraction)
+    }
 }
 
 fn open<'a>(ctx: &'a Ctx, args: &Args<'a>) -> Result<Key<'a>, ReplyError> {
@@ -135,14 +188,7 @@ where
     let name = args.bytes(1);
     // Waiters parked while grants were held go first, if grants opened meanwhile.
     reopen::release(ctx, db, name);
-    let wait = wait_ms.map(|ms| Wait {
-        id: waiters::next_id(),
-        // Like a lease, a wait never ends early: its deadline rounds up past a whole ms.
-        until: (ms > 0).then(|| {
-            let (now, fraction) = clock::now();
-            now.saturating_add(ms).saturating_add(u64::from(fraction))
-        }),
-    });
+    let wait = wait_ms.map(new_wait);
     let mut key = open(ctx, args)?;
     let (v, created) = key
         .value_or_create::<Stored<K>>(Stored::default)
@@ -158,15 +204,24 @@ where
     }
     ensure_slot(v, db, name);
     let before = v.core.lock().holder_count();
-    let (changes, result) = run(v, (db, name), |core, env| op(core, env, wait));
+    let (mut changes, mut result) = run(v, (db, name), |core, env| op(core, env, wait));
     if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
-        waiters::park(ctx, w.id, v.slot);
+        let place = (db, Box::<[u8]>::from(name));
+        let open = [(place, K::KIND, v.core.lock())];
+        if waitgraph::deadlocks(ctx, owner, w.id, &open, clock::now().0) {
+            let (c, _) = run(v, (db, name), |core, env| core.cancel(w.id, env));
+            changes.append(c);
+            result = Err(LockError::Deadlock);
+        } else {
+            waiters::park(ctx, w.id, owner, v.slot, Vec::new());
+        }
     }
     let origin = Origin::Here {
         owner: self::owner(args, owner),
         own: false,
     };
     commit::<K>(key, before, changes, origin);
+    multi::drain(ctx);
     match result {
         Ok(Acquire::Granted(t)) => Ok(token(t)),
         Ok(Acquire::Busy) => Ok(Reply::Nil),
@@ -203,6 +258,7 @@ where
     let (changes, out) = run(v, (db, name), op);
     let owner = self::owner(args, owner);
     commit::<K>(key, before, changes, Origin::Here { owner, own });
+    multi::drain(ctx);
     Ok(out)
 }
 

@@ -31,6 +31,21 @@ pub struct Spec {
     pub acl: Option<&'static CStr>,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
+    /// `numkeys` at argument 1 and that many keys after it (else the key is argument 1):
+    /// registered with `getkeys-api` and a key spec, so Cluster routing and COMMAND GETKEYS
+    /// find every key.
+    pub numkeys: bool,
+}
+
+/// Answers Redis's question "where are the keys?" for a `numkeys` command: every key from
+/// argument 2 on, as many as argument 1 says (and the arguments allow).
+fn report_keys(ctx: &Ctx, args: &Args) {
+    let n = crate::parse::integer(args.bytes(1)).unwrap_or(0).max(0) as usize;
+    let last = (2 + n).min(args.len());
+    for pos in 2..last {
+        // SAFETY: a live context in a keys-position request; `pos` is an argument index.
+        unsafe { api!(RedisModule_KeyAtPos)(ctx.raw(), pos as c_int) };
+    }
 }
 
 fn arity_ok(arity: i32, n: usize) -> bool {
@@ -57,6 +72,11 @@ pub fn run(
     };
     // SAFETY: as above.
     let args = unsafe { Args::from_raw(argv, argc) };
+    // SAFETY: a live context.
+    if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.raw()) } != 0 {
+        let _ = catch_unwind(AssertUnwindSafe(|| report_keys(&ctx, &args)));
+        return raw::REDISMODULE_OK as c_int;
+    }
     let out = catch_unwind(AssertUnwindSafe(|| {
         if cfg!(feature = "fault-injection") {
             let name = String::from_utf8_lossy(args.bytes(0)).to_lowercase();
@@ -87,17 +107,18 @@ pub fn run(
 /// the server has `RedisModule_SetCommandInfo`.
 pub fn register(ctx: &Ctx, table: &[Spec]) -> Result<(), String> {
     for spec in table {
-        // SAFETY: called from OnLoad; every pointer is a static string or function. The key
-        // is argument 1 of every command.
+        // The key is argument 1 of every command but the `numkeys` ones (see `report_keys`).
+        let (first, last) = if spec.numkeys { (0, 0) } else { (1, 1) };
+        // SAFETY: called from OnLoad; every pointer is a static string or function.
         let rc = unsafe {
             api!(RedisModule_CreateCommand)(
                 ctx.raw(),
                 spec.name.as_ptr(),
                 Some(spec.func),
                 spec.flags.as_ptr(),
-                1,
-                1,
-                1,
+                first,
+                last,
+                first,
             )
         };
         if rc != raw::REDISMODULE_OK as i32 {
@@ -125,6 +146,18 @@ fn describe(ctx: &Ctx, spec: &Spec) {
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
     let since = CString::new(env!("CARGO_PKG_VERSION")).unwrap_or_default();
+    // numkeys at argument 1, the keys from argument 2; a zeroed spec ends the list.
+    // SAFETY: the key spec is plain C data; all zeroes is its "end of list" value.
+    let mut specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    specs[0].flags = u64::from(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE);
+    specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    specs[0].bs.index.pos = 2;
+    specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+    specs[0].fk.keynum = raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+        keynumidx: 0,
+        firstkey: 1,
+        keystep: 1,
+    };
     let info = raw::RedisModuleCommandInfo {
         version: &version,
         summary: spec.summary.as_ptr(),
@@ -133,7 +166,11 @@ fn describe(ctx: &Ctx, spec: &Spec) {
         history: std::ptr::null_mut(),
         tips: std::ptr::null(),
         arity: spec.arity,
-        key_specs: std::ptr::null_mut(),
+        key_specs: if spec.numkeys {
+            specs.as_mut_ptr()
+        } else {
+            std::ptr::null_mut()
+        },
         args: std::ptr::null_mut(),
     };
     // SAFETY: the command was just created; Redis copies the info it keeps.

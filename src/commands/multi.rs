@@ -1,0 +1,224 @@
+//! `RWLOCK.MLOCK`, `RWLOCK.MUNLOCK`, `RWLOCK.MRENEW`: several keys at once, all or nothing
+//! (the rules are the core's `multi`), and the grants of parked multi-key requests ([`drain`]).
+
+use redis_lease_core::multi::{grant_ready, mlock as core_mlock, mrenew as core_mrenew};
+use redis_lease_core::multi::{munlock as core_munlock, MultiAcquire, MultiRequest, Ready};
+use redis_lease_core::{Id, Mode, Wait};
+
+use super::{deadlock, held_id, new_id, new_wait, opts, refused, token, ttl, writable, Outcome};
+use crate::commit::Origin;
+use crate::ffi::args::Args;
+use crate::ffi::ctx::Ctx;
+use crate::ffi::replicate::Owner;
+use crate::ffi::reply::{Reply, ReplyError};
+use crate::ffi::string::{RStr, RString};
+use crate::registry::Group;
+use crate::{clock, config, many, parse, reopen, slot, state, waiters, waitgraph};
+
+/// The keys (`numkeys` at argument 1, the keys after it, each once) and the position of the
+/// first argument after them. `after`: how many fixed arguments must follow the keys.
+fn keys<'a>(
+    ctx: &Ctx,
+    args: &Args<'a>,
+    after: usize,
+) -> Result<(Vec<RStr<'a>>, usize), ReplyError> {
+    let available = args.len().saturating_sub(2 + after);
+    let n = parse::numkeys(args.bytes(1), available).map_err(ReplyError::from)?;
+    let names: Vec<RStr> = (2..2 + n).filter_map(|i| args.get(i)).collect();
+    if ctx.is_cluster() {
+        let first = slot::of(names[0].bytes());
+        if names.iter().any(|k| slot::of(k.bytes()) != first) {
+            return Err("CROSSSLOT the keys must hash to one slot (use a hash tag: \
+                        {acct}:1 and {acct}:2)"
+                .into());
+        }
+    }
+    let mut sorted: Vec<&[u8]> = names.iter().map(|k| k.bytes()).collect();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err("ERR a key is named more than once; each key must be distinct".into());
+    }
+    Ok((names, 2 + n))
+}
+
+fn origin<'a>(args: &Args<'a>, i: usize, id: &'a Id) -> Origin<'a> {
+    Origin::Here {
+        owner: args.get(i).map(|arg| Owner { arg, id }),
+        own: false,
+    }
+}
+
+/// `RWLOCK.MLOCK numkeys key [key ...] owner ttl [READ] [WAIT ms] [MAXHOLD ms]`: an array of
+/// tokens (one per key, in order) or nil.
+pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
+    writable(ctx)?;
+    let (names, at) = keys(ctx, args, 2)?;
+    let owner = new_id(args, at, "owner")?;
+    let ttl = ttl(args, at + 1)?;
+    let (read, o) = parse::multi_options(&args.rest(at + 2)).map_err(ReplyError::from)?;
+    let o = opts(ctx, o);
+    let mode = if read { Mode::Read } else { Mode::Write };
+    let db = ctx.db();
+    for n in &names {
+        // Waiters parked while grants were held go first, if grants opened meanwhile.
+        reopen::release(ctx, db, n.bytes());
+    }
+    let wait = o.wait.map(new_wait);
+    let mut keys = many::open(ctx, &names, true)?;
+    let req = MultiRequest {
+        owner: &owner,
+        mode,
+        ttl,
+        wait,
+        max_waiters: config::max_waiters(),
+        max_hold: o.max_hold,
+    };
+    let (mut changes, mut result) = keys.run(|locks, env| core_mlock(locks, &req, env));
+    if let (Ok(MultiAcquire::Queued), Some(w)) = (&result, wait) {
+        let places: Vec<(i32, Box<[u8]>)> =
+            names.iter().map(|n| (db, Box::from(n.bytes()))).collect();
+        let locks = keys.locks();
+        let open: Vec<_> = places
+            .iter()
+            .zip(&locks)
+            .filter_map(|(p, v)| v.map(|v| (p.clone(), redis_lease_core::Kind::RwLock, &v.core.0)))
+            .collect();
+        let cycle = waitgraph::deadlocks(ctx, &owner, w.id, &open, clock::now().0);
+        drop(open);
+        drop(locks);
+        if cycle {
+            let (more, ()) = keys.run(|locks, env| {
+                let c = locks.iter_mut().map(|l| l.cancel(w.id, env).0).collect();
+                (c, ())
+            });
+            for (c, m) in changes.iter_mut().zip(more) {
+                c.append(m);
+            }
+            result = Err(redis_lease_core::multi::MultiError {
+                key: 0,
+                error: redis_lease_core::LockError::Deadlock,
+            });
+        } else {
+            let slots: Vec<_> = keys.slots();
+            let (first, more) = (slots[0], slots[1..].to_vec());
+            waiters::park(ctx, w.id, &owner, first, more);
+            let g = Group {
+                db,
+                names: names.iter().map(|n| Box::from(n.bytes())).collect(),
+                owner: owner.clone(),
+                mode,
+                ttl,
+                max_hold: o.max_hold,
+                until: w.until,
+            };
+            state::with(move |s| s.waiters.add_group(w.id, g));
+        }
+    }
+    keys.commit(changes, origin(args, at, &owner));
+    drain(ctx);
+    match result {
+        Ok(MultiAcquire::Granted(tokens)) => {
+            ctx.reply_array(tokens.len());
+            for t in tokens {
+                ctx.reply(token(t));
+            }
+            Ok(Reply::Written)
+        }
+        Ok(MultiAcquire::Busy) => Ok(Reply::Nil),
+        Ok(MultiAcquire::Queued) => Ok(Reply::Parked),
+        Err(e) if e.error == redis_lease_core::LockError::Deadlock => Err(deadlock()),
+        Err(e) => {
+            let ReplyError(text) = refused(e.error);
+            Err(format!("{text} (key {})", e.key + 1).into())
+        }
+    }
+}
+
+/// `RWLOCK.MUNLOCK numkeys key [key ...] owner`: how many keys had a hold of owner released.
+pub fn munlock(ctx: &Ctx, args: &Args) -> Outcome {
+    writable(ctx)?;
+    let (names, at) = keys(ctx, args, 1)?;
+    if args.len() != at + 1 {
+        return Err("ERR wrong number of arguments for 'rwlock.munlock' command".into());
+    }
+    let owner = held_id(args, at, "owner")?;
+    let mut keys = many::open(ctx, &names, false)?;
+    let (changes, n) = keys.run(|locks, env| core_munlock(locks, &owner, env));
+    keys.commit(changes, origin(args, at, &owner));
+    drain(ctx);
+    Ok(Reply::Int(n as i64))
+}
+
+/// `RWLOCK.MRENEW numkeys key [key ...] owner ttl`: how many keys had owner's holds renewed;
+/// MAXHOLD (nothing renewed) if that would pass a hold's cap.
+pub fn mrenew(ctx: &Ctx, args: &Args) -> Outcome {
+    writable(ctx)?;
+    let (names, at) = keys(ctx, args, 2)?;
+    if args.len() != at + 2 {
+        return Err("ERR wrong number of arguments for 'rwlock.mrenew' command".into());
+    }
+    let owner = held_id(args, at, "owner")?;
+    let ttl = ttl(args, at + 1)?;
+    let mut keys = many::open(ctx, &names, false)?;
+    let (changes, n) = keys.run(|locks, env| core_mrenew(locks, &owner, ttl, env));
+    keys.commit(changes, origin(args, at, &owner));
+    drain(ctx);
+    Ok(Reply::Int(n.map_err(refused)? as i64))
+}
+
+/// Grants every parked multi-key request some key reported ready that can be granted now.
+/// Called by entry points once their own keys are committed (closed).
+pub fn drain(ctx: &Ctx) {
+    // The common case (nothing ready) costs one look at the state.
+    let Some(mut id) = state::with(|s| s.waiters.pop_ready()) else {
+        return;
+    };
+    let db = ctx.db();
+    // Bounded: each round takes one id off the list, and only a key that changed puts one
+    // back.
+    for _ in 0..100_000 {
+        if let Some(g) = state::with(move |s| s.waiters.group(id).cloned()) {
+            try_grant(ctx, id, &g);
+        }
+        match state::with(|s| s.waiters.pop_ready()) {
+            Some(next) => id = next,
+            None => break,
+        }
+    }
+    ctx.select_db(db);
+}
+
+fn try_grant(ctx: &Ctx, id: u64, g: &Group) {
+    if !waiters::alive(id) || !ctx.select_db(g.db) {
+        return;
+    }
+    let names: Vec<RString> = g.names.iter().map(|n| RString::from_bytes(n)).collect();
+    let rnames: Vec<RStr> = names.iter().map(|n| n.as_str()).collect();
+    let Ok(mut keys) = many::open(ctx, &rnames, false) else {
+        return;
+    };
+    let req = MultiRequest {
+        owner: &g.owner,
+        mode: g.mode,
+        ttl: g.ttl,
+        wait: Some(Wait { id, until: g.until }),
+        max_waiters: usize::MAX,
+        max_hold: g.max_hold,
+    };
+    let (changes, ready) = keys.run(|locks, env| grant_ready(locks, &req, env));
+    let origin = Origin::Here {
+        owner: None,
+        own: false,
+    };
+    keys.commit(changes, origin);
+    match ready {
+        Ready::NotYet => {}
+        Ready::Granted(tokens) => {
+            waiters::answer(id, waiters::Answer::Tokens(tokens));
+        }
+        Ready::Refused(e) => {
+            let text = refused(e).0.into_owned();
+            waiters::answer(id, waiters::Answer::Refused(text));
+        }
+    }
+}

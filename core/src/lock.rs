@@ -394,7 +394,7 @@ impl Lock {
                     _ => deadline > h.deadline,
                 };
                 if extends && h.passes_cap(deadline) {
-                    let left = h.cap.saturating_sub(now);
+                    let left = op.env.left(h.cap);
                     return Err(LockError::MaxHold { left });
                 }
                 0
@@ -696,7 +696,7 @@ impl Lock {
             };
             let deadline = op.env.deadline(ttl);
             if h.passes_cap(deadline) {
-                let left = h.cap.saturating_sub(op.env.now);
+                let left = op.env.left(h.cap);
                 return Err(LockError::MaxHold { left });
             }
             let owner = owner.clone();

@@ -89,7 +89,7 @@ fn plan(lock: &Lock, req: &MultiRequest, env: &Env) -> Result<Plan, LockError> {
             // Re-entry: never queues; it keeps its first grant's cap.
             let deadline = env.deadline(req.ttl);
             if deadline > h.deadline && h.passes_cap(deadline) {
-                let left = h.cap.saturating_sub(env.now);
+                let left = env.left(h.cap);
                 return Err(LockError::MaxHold { left });
             }
             return Ok(Plan::Held);
@@ -219,7 +219,7 @@ pub fn grant_ready(
                     Some(h) if w.mode == Mode::Read || h.writes > 0 => {
                         let deadline = op.env.deadline(w.ttl);
                         if deadline > h.deadline && h.passes_cap(deadline) {
-                            let left = h.cap.saturating_sub(op.env.now);
+                            let left = op.env.left(h.cap);
                             return Err(LockError::MaxHold { left });
                         }
                         return Ok(true);
@@ -296,7 +296,7 @@ pub fn mrenew(
         .iter()
         .filter_map(|k| k.0.hold_of(owner, env.now))
         .filter(|h| h.passes_cap(deadline))
-        .map(|h| h.cap.saturating_sub(env.now))
+        .map(|h| env.left(h.cap))
         .min();
     if let Some(left) = left {
         return (changes, Err(LockError::MaxHold { left }));

@@ -28,7 +28,7 @@ macro_rules! spec {
                     argv: *mut *mut RawString,
                     argc: c_int,
                 ) -> c_int {
-                    command::run(ctx, argv, argc, $arity, $handler)
+                    command::run(ctx, argv, argc, $arity, $numkeys, $handler)
                 }
                 entry
             },

@@ -382,7 +382,6 @@ impl Lock {
     /// Grants `w`'s request (already known admissible, or held: reentrant) and returns the
     /// token.
     pub(crate) fn grant(&mut self, kind: Kind, op: &mut Op, w: &Waiter) -> Result<u64, LockError> {
-        let now = op.env.now;
         let deadline = op.env.deadline(w.ttl);
         let held = self.holders.get(&w.owner).copied();
         let admit = self.admissible(kind, &w.owner, w.mode, w.permits);

@@ -63,6 +63,7 @@ pub fn run(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     arity: i32,
+    numkeys: bool,
     h: Handler,
 ) -> c_int {
     // SAFETY: Redis calls a command's function with its live context and arguments, valid
@@ -72,8 +73,8 @@ pub fn run(
     };
     // SAFETY: as above.
     let args = unsafe { Args::from_raw(argv, argc) };
-    // SAFETY: a live context.
-    if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.raw()) } != 0 {
+    // SAFETY: a live context. (Only `numkeys` commands are registered with `getkeys-api`.)
+    if numkeys && unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.raw()) } != 0 {
         let _ = catch_unwind(AssertUnwindSafe(|| report_keys(&ctx, &args)));
         return raw::REDISMODULE_OK as c_int;
     }

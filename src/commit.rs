@@ -195,6 +195,7 @@ where
         // or by the timer, armed for now in case this entry point does not drain.
         let ready = changes.ready;
         state::with(move |s| s.waiters.push_ready(&ready));
+        state::set_ready(true);
         schedule::arm(clock::now_ms());
     }
     settle::<K>(key);

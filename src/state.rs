@@ -99,6 +99,18 @@ pub fn with<T>(f: impl FnOnce(&mut Shell) -> T + Send) -> T {
 static KEYS: AtomicI64 = AtomicI64::new(0);
 static HOLDERS: AtomicI64 = AtomicI64::new(0);
 
+/// Multi-key requests some key reported ready wait to be looked at (see `registry`): a flag
+/// the hot path reads without borrowing the state.
+static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_ready(pending: bool) {
+    READY.store(pending, Ordering::Relaxed);
+}
+
+pub fn ready_pending() -> bool {
+    READY.load(Ordering::Relaxed)
+}
+
 pub fn count_key(delta: i64) {
     KEYS.fetch_add(delta, Ordering::Relaxed);
 }

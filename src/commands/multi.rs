@@ -169,8 +169,12 @@ pub fn mrenew(ctx: &Ctx, args: &Args) -> Outcome {
 /// Grants every parked multi-key request some key reported ready that can be granted now.
 /// Called by entry points once their own keys are committed (closed).
 pub fn drain(ctx: &Ctx) {
-    // The common case (nothing ready) costs one look at the state.
+    // The common case (nothing ready) costs one load.
+    if !state::ready_pending() {
+        return;
+    }
     let Some(mut id) = state::with(|s| s.waiters.pop_ready()) else {
+        state::set_ready(false);
         return;
     };
     let db = ctx.db();
@@ -182,7 +186,10 @@ pub fn drain(ctx: &Ctx) {
         }
         match state::with(|s| s.waiters.pop_ready()) {
             Some(next) => id = next,
-            None => break,
+            None => {
+                state::set_ready(false);
+                break;
+            }
         }
     }
     ctx.select_db(db);

@@ -42,7 +42,7 @@ fn parked(w: &mut Sock) {
 fn mlock_is_all_or_nothing() {
     let s = Server::start();
     let mut c = sock(&s);
-    assert_eq!(c.cmd(&["RWLOCK.WLOCK", "b", "x", LONG]).int() > 0, true);
+    assert!(c.cmd(&["RWLOCK.WLOCK", "b", "x", LONG]).int() > 0);
     // b is held: nothing is taken, a stays free.
     assert!(c
         .cmd(&["RWLOCK.MLOCK", "3", "a", "b", "c", "o", LONG])

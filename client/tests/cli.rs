@@ -871,3 +871,64 @@ fn a_frozen_holders_fenced_write_fails_after_the_next_holders() {
     assert_eq!(st.code(), Some(3));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn lock_takes_several_keys_at_once() {
+    let s = server();
+    let out = cli(&s)
+        .args(["lock", "cli:k1", "cli:k2", "cli:k3", "--", "sh", "-c"])
+        .arg("echo $REDIS_LEASE_KEYS; echo $REDIS_LEASE_TOKENS; redis-cli -p $PORT rwlock.info cli:k2 >/dev/null; exit 4")
+        .env("PORT", s.port.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "cli:k1 cli:k2 cli:k3");
+    let tokens: Vec<u64> = lines[1].split(' ').map(|t| t.parse().unwrap()).collect();
+    assert_eq!(tokens.len(), 3);
+    // Every key released when CMD ended.
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:k1", "cli:k2", "cli:k3"]),
+        redis::Value::Int(0)
+    );
+    // One of them held elsewhere: not acquired in time, none taken.
+    redis_get(&s, &["RWLOCK.WLOCK", "cli:k2", "other", "10000"]);
+    let out = cli(&s)
+        .args(["lock", "--wait", "200", "cli:k1", "cli:k2", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert_eq!(redis_get(&s, &["EXISTS", "cli:k1"]), redis::Value::Int(0));
+}
+
+#[test]
+fn max_hold_stops_the_command_at_the_cap() {
+    let s = server();
+    let t = Instant::now();
+    let out = cli(&s)
+        .args([
+            "lock",
+            "--ttl",
+            "600",
+            "--max-hold",
+            "1200",
+            "--grace",
+            "300",
+            "cli:cap",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max hold"), "{err}");
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use redis_lease_client::{
     Client, ElectionOptions, Error, LeaderInfo, LeaseTiming, LockGuard, LockMode, LockOptions,
-    LossReason, SemaphoreGuard, Wait,
+    LossReason, MultiGuard, SemaphoreGuard, Wait,
 };
 
 use child::Outcome;
@@ -69,10 +69,12 @@ struct Replicas {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run CMD while holding the lock on KEY; renew it meanwhile, release it when CMD ends.
+    /// Run CMD while holding the lock on KEY (on every KEY at once, all or nothing, when
+    /// several are given); renew it meanwhile, release it when CMD ends.
     ///
     /// CMD gets REDIS_LEASE_KEY, REDIS_LEASE_OWNER, REDIS_LEASE_MODE and REDIS_LEASE_TOKEN
-    /// (the fencing token) in its environment. If the lease is lost, CMD's process group gets
+    /// (the fencing token) in its environment; with several keys, REDIS_LEASE_KEYS and
+    /// REDIS_LEASE_TOKENS (space-separated, in order) instead of KEY and TOKEN. If the lease is lost, CMD's process group gets
     /// SIGTERM, then SIGKILL after --grace, and redis-lease exits with status 3. At a terminal,
     /// CMD runs in the foreground: it can read the terminal and gets Ctrl-C and Ctrl-Z.
     Lock {
@@ -91,10 +93,15 @@ enum Cmd {
         /// Milliseconds between SIGTERM and SIGKILL when the lease is lost.
         #[arg(long, default_value_t = 5_000)]
         grace: u64,
+        /// Cap the hold at this many milliseconds from its grant, renewals included
+        /// (MAXHOLD): at the cap the lease is lost and CMD is stopped.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        max_hold: Option<u64>,
         #[command(flatten)]
         replicas: Replicas,
-        /// The lock's key.
-        key: String,
+        /// The lock's key, or several (1 to 64, taken together).
+        #[arg(required = true, num_args = 1..=64)]
+        keys: Vec<String>,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, num_args = 1..)]
         cmd: Vec<OsString>,
@@ -125,6 +132,10 @@ enum Cmd {
         /// Milliseconds between SIGTERM and SIGKILL when the lease is lost.
         #[arg(long, default_value_t = 5_000)]
         grace: u64,
+        /// Cap the hold at this many milliseconds from its grant, renewals included
+        /// (MAXHOLD): at the cap the lease is lost and CMD is stopped.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        max_hold: Option<u64>,
         #[command(flatten)]
         replicas: Replicas,
         /// The semaphore's key.
@@ -223,25 +234,37 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             wait,
             owner,
             grace,
+            max_hold,
             replicas,
-            key,
+            keys,
             cmd,
         } => {
             let opts = LockOptions {
                 timing: LeaseTiming::new(Duration::from_millis(ttl))?,
                 replicas: replicas.replicas,
                 replica_timeout: Duration::from_millis(replicas.replica_timeout),
+                max_hold: max_hold.map(Duration::from_millis),
                 ..Default::default()
             };
-            let mut lock = client.rwlock(&key).with_options(opts);
-            if let Some(o) = owner {
-                lock = lock.with_owner(o);
-            }
             let mode = if read {
                 LockMode::Read
             } else {
                 LockMode::Write
             };
+            if keys.len() > 1 {
+                if owner.is_some() || replicas.replicas > 0 {
+                    out::warn(format_args!(
+                        "redis-lease: --owner and --replicas take one key only"
+                    ));
+                    return Ok(EXIT_FAILURE);
+                }
+                return run_many(&client, keys, mode, wait, opts, &cmd, grace, verbose).await;
+            }
+            let key = keys.into_iter().next().unwrap_or_default();
+            let mut lock = client.rwlock(&key).with_options(opts);
+            if let Some(o) = owner {
+                lock = lock.with_owner(o);
+            }
             let wait = wait_of(wait);
             let guard = tokio::select! {
                 g = lock.acquire(mode, wait) => g?,
@@ -283,6 +306,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             wait,
             owner,
             grace,
+            max_hold,
             replicas,
             key,
             cmd,
@@ -290,6 +314,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let opts = LockOptions {
                 timing: LeaseTiming::new(Duration::from_millis(ttl))?,
                 replicas: replicas.replicas,
+                max_hold: max_hold.map(Duration::from_millis),
                 replica_timeout: Duration::from_millis(replicas.replica_timeout),
                 ..Default::default()
             };
@@ -456,6 +481,68 @@ impl Hold for LockGuard {
     async fn release(self) -> Result<bool, Error> {
         LockGuard::release(self).await
     }
+}
+
+impl Hold for MultiGuard {
+    fn is_held(&self) -> bool {
+        MultiGuard::is_held(self)
+    }
+    fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+        MultiGuard::lost(self)
+    }
+    async fn release(self) -> Result<bool, Error> {
+        MultiGuard::release(self).await
+    }
+}
+
+/// `lock K1 K2 ... -- CMD`: every key at once (RWLOCK.MLOCK), then as for one key.
+#[allow(clippy::too_many_arguments)]
+async fn run_many(
+    client: &Client,
+    keys: Vec<String>,
+    mode: LockMode,
+    wait: Option<u64>,
+    opts: LockOptions,
+    cmd: &[OsString],
+    grace: u64,
+    verbose: bool,
+) -> Result<u8, Failure> {
+    let lock = client.rwlock_many(keys.clone())?.with_options(opts);
+    let all = keys.join(" ");
+    let guard = tokio::select! {
+        g = lock.acquire(mode, wait_of(wait)) => g?,
+        code = child::terminated() => return Ok(code),
+    };
+    let Some(guard) = guard else {
+        out::warn(format_args!(
+            "redis-lease: the {mode} locks on {all} were not acquired in time"
+        ));
+        return Ok(EXIT_NOT_ACQUIRED);
+    };
+    let tokens: Vec<String> = guard.tokens().iter().map(|t| t.to_string()).collect();
+    if verbose {
+        out::warn(format_args!(
+            "redis-lease: holding the {mode} locks on {all} (tokens {}, owner {})",
+            tokens.join(" "),
+            guard.owner()
+        ));
+    }
+    let env = [
+        ("REDIS_LEASE_KEYS", all.clone()),
+        ("REDIS_LEASE_OWNER", guard.owner().to_string()),
+        ("REDIS_LEASE_MODE", mode.to_string()),
+        ("REDIS_LEASE_TOKENS", tokens.join(" ")),
+    ];
+    let first = keys.first().cloned().unwrap_or_default();
+    Ok(run_held(
+        guard,
+        &format!("the locks on {all}"),
+        &first,
+        cmd,
+        &env,
+        grace,
+    )
+    .await)
 }
 
 impl Hold for SemaphoreGuard {

@@ -6,7 +6,7 @@
 //! grants on the key until they would have lapsed.
 
 use crate::clock::now_ms;
-use crate::commit::{commit, ensure_slot, run, Origin};
+use crate::commit::{ensure_slot, requeue};
 use crate::ffi::ctx::{log_warning, Ctx};
 use crate::ffi::key::{Key, Typed};
 use crate::ffi::replicate;
@@ -169,34 +169,11 @@ fn role(ctx: &Ctx, master: bool) {
 struct Reattach(Orphans);
 
 impl Visitor for Reattach {
-    fn visit<K: Saved>(self, mut key: Key)
+    fn visit<K: Saved>(self, key: Key)
     where
         Stored<K>: Typed,
     {
-        let db = key.ctx().db();
-        let name = key.name().bytes();
-        let Ok(Some(v)) = key.value::<Stored<K>>() else {
-            return;
-        };
-        ensure_slot(v, db, name);
-        let ids: Vec<u64> = self.0.waiters.iter().map(|w| w.id).collect();
-        waiters::rebind(&ids, v.slot);
-        for w in self.0.waiters {
-            if waiters::alive(w.id) {
-                v.core.lock_mut().requeue(w);
-            }
-        }
-        let before = v.core.lock().holder_count();
-        let (changes, ()) = run(v, (db, name), |core, env| (core.tick(env), ()));
-        commit::<K>(
-            key,
-            before,
-            changes,
-            Origin::Here {
-                owner: None,
-                own: false,
-            },
-        );
+        requeue::<K>(key, self.0.waiters);
     }
 }
 
@@ -270,6 +247,6 @@ fn evicted(ctx: &Ctx, key: RStr) {
     }
     // Its waiters wait on, in the lobby, until grants open on it again.
     if let Some(o) = orphans::take(db, name) {
-        holdback::park(db, name, Slot::NONE, u.kind, u.limit, o.waiters);
+        holdback::park_waiters(db, name, u.kind, u.limit, o.waiters);
     }
 }

@@ -10,15 +10,17 @@
 //! - **Evicted leases**: when maxmemory eviction removes a key whose leases are still running,
 //!   new grants on that name wait until those leases would have lapsed.
 //!
-//! Holds that exist keep working. A waiter whose key has nothing left to hold it (no holder)
-//! waits in the lobby, outside the keyspace, so that the keyspace stays what replicas and the
-//! AOF see; when grants open again its key is made anew and the lobby's waiters queue in it in
-//! arrival order.
+//! Holds that exist keep working. A name whose key has nothing left to hold it (no holder)
+//! but has waiters keeps its core state in the lobby, outside the keyspace, so that the
+//! keyspace stays what replicas and the AOF see: the same core `Lock` (kind, limit, queue),
+//! with grants closed, so requests meet the same rules there as with the key present. When
+//! grants open again it becomes the key and serves its waiters in arrival order; a key that
+//! arrives at the name meanwhile takes them in (`commit::decide`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use redis_lease_core::{Grants, Kind, Ms, Waiter};
+use redis_lease_core::{Grants, Kind, Lock, Ms, Waiter};
 
 use crate::clock::now_ms;
 use crate::ffi::ctx::log_warning;
@@ -26,14 +28,14 @@ use crate::index::Slot;
 use crate::state::{self, Evicted, Shell};
 use crate::{config, schedule, waiters};
 
-/// Waiters of a name that has no key now.
+/// The held-back state of a name that has no key now: the core's state of the name (no
+/// holder, its waiters in arrival order, its kind and a semaphore's limit), whose grants stay
+/// closed until they open again; then it becomes the key.
 #[derive(Debug)]
 pub struct Lobby {
     pub slot: Slot,
     pub kind: Kind,
-    /// A semaphore's limit (0 for the other kinds).
-    pub limit: u32,
-    pub waiters: Vec<Waiter>,
+    pub lock: Lock,
 }
 
 /// Lobbies by db, then by name.
@@ -169,33 +171,61 @@ pub fn evicted_now(now: Ms) -> Vec<(i32, Box<[u8]>, Ms)> {
     })
 }
 
-/// Parks the waiters of a key that has no holder left while grants are held back. `slot`
-/// is the key's index entry, which the lobby keeps (it wakes the lobby up).
-pub fn park(db: i32, name: &[u8], slot: Slot, kind: Kind, limit: u32, mut waiting: Vec<Waiter>) {
+/// Parks the held-back state of a key that has no holder left while grants are held (or of
+/// an evicted key's waiters): `lock`, of `kind`, outside the keyspace under `name`. `slot` is
+/// the key's index entry, which the lobby keeps (it wakes the lobby up). Should a lobby be
+/// there already, the waiters join it by arrival (another kind's are answered WRONGTYPE, as
+/// their request would be).
+pub fn park(db: i32, name: &[u8], slot: Slot, kind: Kind, lock: Lock) {
     let slot = if slot.is_none() {
         schedule::attach(db, name)
     } else {
         slot
     };
-    let ids: Vec<u64> = waiting.iter().map(|w| w.id).collect();
+    let ids: Vec<u64> = lock.waiters().map(|w| w.id).collect();
     waiters::rebind(&ids, slot);
-    let name: Box<[u8]> = name.into();
-    let when = with_lobby(move |l| {
-        let lobby = l.entry(db).or_default().entry(name).or_insert(Lobby {
-            slot,
-            kind,
-            limit,
-            waiters: Vec::new(),
-        });
-        lobby.waiters.append(&mut waiting);
-        lobby.waiters.sort_by_key(|w| w.id);
-        next_wake(lobby)
-    });
-    reschedule(slot, when);
+    let lobby = match take(db, name) {
+        None => Lobby { slot, kind, lock },
+        Some(mut there) => {
+            schedule::detach(slot);
+            let mut lock = lock;
+            for w in lock.take_waiters() {
+                if there.kind == kind {
+                    there.lock.requeue(w);
+                } else {
+                    waiters::answer(w.id, waiters::Answer::WrongType);
+                }
+            }
+            waiters::rebind(&ids, there.slot);
+            there
+        }
+    };
+    put(db, name, lobby);
 }
 
-fn next_wake(lobby: &Lobby) -> Option<Ms> {
-    lobby.waiters.iter().filter_map(|w| w.until).min()
+/// Parks `waiting`, the waiters of an evicted key of `kind` (and `limit`), in the lobby.
+pub fn park_waiters(db: i32, name: &[u8], kind: Kind, limit: u32, waiting: Vec<Waiter>) {
+    let mut lock = Lock::new();
+    lock.restore_limit(limit);
+    for w in waiting {
+        lock.requeue(w);
+    }
+    park(db, name, Slot::NONE, kind, lock);
+}
+
+/// Puts a lobby (back) in place, to wake at its first wait deadline or when grants open,
+/// whichever is first; an empty one goes, with its index entry.
+pub fn put(db: i32, name: &[u8], lobby: Lobby) {
+    if lobby.lock.is_empty() {
+        schedule::detach(lobby.slot);
+        return;
+    }
+    let (slot, until) = (lobby.slot, lobby.lock.next_wakeup());
+    let key: Box<[u8]> = name.into();
+    with_lobby(move |l| {
+        l.entry(db).or_default().insert(key, lobby);
+    });
+    reschedule(slot, until);
 }
 
 fn reschedule(slot: Slot, until: Option<Ms>) {
@@ -217,7 +247,16 @@ pub fn lobby_slot(db: i32, name: &[u8]) -> Option<Slot> {
     with_lobby(move |l| l.get(&db).and_then(|m| m.get(&name)).map(|x| x.slot))
 }
 
-/// Takes the lobby of `name` out, to make its key anew.
+/// The kind of the lobby of `name`, if there is one (cheap when there is none).
+pub fn lobby_kind(db: i32, name: &[u8]) -> Option<Kind> {
+    if no_lobby() {
+        return None;
+    }
+    let name: Box<[u8]> = name.into();
+    with_lobby(move |l| l.get(&db).and_then(|m| m.get(&name)).map(|x| x.kind))
+}
+
+/// Takes the lobby of `name` out (to run the core on it, or to make its key).
 pub fn take(db: i32, name: &[u8]) -> Option<Lobby> {
     if no_lobby() {
         return None;
@@ -231,45 +270,6 @@ pub fn take(db: i32, name: &[u8]) -> Option<Lobby> {
         }
         out
     })
-}
-
-/// The lobby at `slot` woke up with grants still held: end the waits that ran out and wake
-/// again later; the lobby is dropped when nobody is left.
-pub fn expire(db: i32, name: &[u8], now: Ms) {
-    let key: Box<[u8]> = name.into();
-    let (ended, slot, when, empty) = match with_lobby(move |l| {
-        let lobby = l.get_mut(&db)?.get_mut(&key)?;
-        let mut ended = Vec::new();
-        lobby.waiters.retain(|w| {
-            let over = w.until.is_some_and(|u| u <= now) || !waiters::alive(w.id);
-            if over {
-                ended.push(w.id);
-            }
-            !over
-        });
-        let empty = lobby.waiters.is_empty();
-        let out = (ended, lobby.slot, next_wake(lobby), empty);
-        if empty {
-            if let Some(m) = l.get_mut(&db) {
-                m.remove(&key);
-                if m.is_empty() {
-                    l.remove(&db);
-                }
-            }
-        }
-        Some(out)
-    }) {
-        Some(x) => x,
-        None => return,
-    };
-    for id in ended {
-        waiters::answer(id, waiters::Answer::Nil);
-    }
-    if empty {
-        schedule::detach(slot);
-    } else {
-        reschedule(slot, when);
-    }
 }
 
 /// SWAPDB: lobbies follow their db's contents, as keys do.
@@ -291,7 +291,7 @@ pub fn clear() -> Vec<(Slot, Vec<u64>)> {
     with_lobby(|l| {
         l.drain()
             .flat_map(|(_, m)| m.into_values())
-            .map(|x| (x.slot, x.waiters.iter().map(|w| w.id).collect()))
+            .map(|x| (x.slot, x.lock.waiters().map(|w| w.id).collect()))
             .collect()
     })
 }
@@ -301,7 +301,7 @@ pub fn waiting() -> usize {
     with_lobby(|l| {
         l.values()
             .flat_map(|m| m.values())
-            .map(|x| x.waiters.len())
+            .map(|x| x.lock.waiters().filter(|w| waiters::alive(w.id)).count())
             .sum()
     })
 }
@@ -313,8 +313,8 @@ pub fn waiting_on(db: i32, name: &[u8]) -> usize {
     }
     let name: Box<[u8]> = name.into();
     with_lobby(move |l| {
-        l.get(&db)
-            .and_then(|m| m.get(&name))
-            .map_or(0, |x| x.waiters.len())
+        l.get(&db).and_then(|m| m.get(&name)).map_or(0, |x| {
+            x.lock.waiters().filter(|w| waiters::alive(w.id)).count()
+        })
     })
 }

@@ -5,7 +5,7 @@
 //! promotion, which wakes it.
 
 use crate::clock::now_ms;
-use crate::commit::{commit, run, Origin};
+use crate::commit::{decide, Open, Origin};
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed};
 use crate::ffi::{guard, timer};
@@ -68,8 +68,6 @@ impl Visitor for Tick {
     where
         Stored<K>: Typed,
     {
-        let db = key.ctx().db();
-        let name = key.name().bytes();
         let Ok(Some(v)) = key.value::<Stored<K>>() else {
             return;
         };
@@ -81,21 +79,15 @@ impl Visitor for Tick {
                 schedule::detach(self.slot);
             }
         }
-        let before = v.core.lock().holder_count();
         let cancel = self.cancel;
-        let (changes, ()) = run(v, (db, name), |core, env| match cancel {
-            Some(id) => (core.cancel(id, env).0, ()),
-            None => (core.tick(env), ()),
+        let origin = Origin::Here {
+            owner: None,
+            own: false,
+        };
+        let _ = decide::<K, ()>(key, Open::Existing, origin, |v, env| match cancel {
+            Some(id) => (v.core.cancel(id, env).0, ()),
+            None => (v.core.tick(env), ()),
         });
-        commit::<K>(
-            key,
-            before,
-            changes,
-            Origin::Here {
-                owner: None,
-                own: false,
-            },
-        );
     }
 }
 
@@ -108,10 +100,11 @@ fn on_slot(ctx: &Ctx, slot: Slot, cancel: Option<u64>) {
     if visit(ctx, db, &name, Tick { slot, cancel }).is_ok() {
         return;
     }
-    if cancel.is_some() {
-        return;
-    }
-    if !reopen::release(ctx, db, &name) && crate::holdback::lobby_slot(db, &name) != Some(slot) {
+    let lobby = crate::holdback::lobby_slot(db, &name) == Some(slot);
+    if lobby {
+        // The name's held-back state: a wait ran out, a waiter left, or grants opened.
+        reopen::release(ctx, db, &name);
+    } else if cancel.is_none() {
         // No key and no lobby: a stale entry (its key went by a route that did not say so).
         schedule::detach(slot);
     }

@@ -136,8 +136,13 @@ impl<K: Saved> DataType for Stored<K> {
         // RESTORE; without it, the key gets its entry on first access).
         if let (Some(name), Some(db)) = (io.key_name(), io.db()) {
             ensure_slot(&mut v, db, name);
-            // An empty value (saved so by a bug) is looked at, and deleted, at once.
-            let when = v.core.lock().next_wakeup().or(Some(crate::clock::now_ms()));
+            // An empty value (saved so by a bug) is looked at, and deleted, at once; so is a
+            // key restored at a held-back name (it takes the lobby's waiters in).
+            let now = Some(crate::clock::now_ms());
+            let when = match holdback::lobby_slot(db, name) {
+                Some(_) => now,
+                None => v.core.lock().next_wakeup().or(now),
+            };
             schedule::set(v.slot, when);
         }
         Some(v)
@@ -216,7 +221,12 @@ impl<K: Saved> DataType for Stored<K> {
         state::count_holders(copy.core.lock().holder_count() as i64);
         if let Some(p) = to {
             ensure_slot(&mut copy, p.db, p.name);
-            schedule::set(copy.slot, copy.core.lock().next_wakeup());
+            // A copy at a held-back name takes the lobby's waiters in at once.
+            let when = match holdback::lobby_slot(p.db, p.name) {
+                Some(_) => Some(crate::clock::now_ms()),
+                None => copy.core.lock().next_wakeup(),
+            };
+            schedule::set(copy.slot, when);
         }
         copy
     }

@@ -215,7 +215,13 @@ impl Visitor for Moved {
         } else {
             ensure_slot(v, db, name);
         }
-        schedule::set(v.slot, v.core.lock().next_wakeup());
+        // At a held-back name, the key takes the lobby's waiters in at once (the timer's
+        // turn goes through the commit path).
+        let when = match holdback::lobby_slot(db, name) {
+            Some(_) => Some(now_ms()),
+            None => v.core.lock().next_wakeup(),
+        };
+        schedule::set(v.slot, when);
     }
 }
 

@@ -96,9 +96,43 @@ pub fn start_quarantine() {
     if q == 0 {
         return;
     }
-    let until = now_ms().saturating_add(q);
-    state::with(move |s| s.quarantine_until = s.quarantine_until.max(until));
+    let now = now_ms();
+    let until = now.saturating_add(q);
+    state::with(move |s| {
+        if until > s.quarantine_until {
+            s.quarantine_until = until;
+            s.quarantine_since = now;
+        }
+    });
     schedule::arm(until);
+}
+
+/// `CONFIG SET lease.quarantine`: a running quarantine lasts the new setting from its start
+/// (0 ends it now); the names held back by it are looked at again at once, so their waiters
+/// are served by the rules as they are now.
+pub fn quarantine_set() {
+    let q = config::quarantine_ms();
+    let now = now_ms();
+    let shortened = state::with(move |s| {
+        let end = s.quarantine_since.saturating_add(q);
+        if s.quarantine_until > now && end < s.quarantine_until {
+            s.quarantine_until = end.max(now.min(s.quarantine_until));
+            return true;
+        }
+        false
+    });
+    if shortened {
+        let slots: Vec<Slot> = with_lobby(|l| {
+            l.values()
+                .flat_map(|m| m.values())
+                .map(|x| x.slot)
+                .collect()
+        });
+        let at = state::with(|s| s.quarantine_until).max(now);
+        for slot in slots {
+            schedule::set(slot, Some(at));
+        }
+    }
 }
 
 /// The shortest gap that counts as a stall.

@@ -65,13 +65,14 @@ pub fn options(
     Ok((wait, o.permits))
 }
 
-/// Grants are decided by masters only: a replica that accepts writes (`replica-read-only no`)
-/// must not grant locks nobody else would see.
+/// Grants are decided, and fenced writes run, on masters only: a replica that accepts writes
+/// (`replica-read-only no`) must not grant locks nobody else would see, nor run LEASE.EXEC's
+/// write where its master never sees it.
 pub fn writable(ctx: &Ctx) -> Result<(), ReplyError> {
     if ctx.is_master() || ctx.replicated() {
         Ok(())
     } else {
-        Err("READONLY this server is a replica: locks are granted by the master".into())
+        Err("READONLY this server is a replica: locks are granted, and fenced writes run, by the master".into())
     }
 }
 

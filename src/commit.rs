@@ -16,7 +16,7 @@ use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed, WrongType};
 use crate::ffi::replicate::Owner;
 use crate::ffi::string::RStr;
-use crate::ffi::{notify, replicate};
+use crate::ffi::{notify, replicate, server};
 use crate::holdback::Lobby;
 use crate::index::Slot;
 use crate::value::Stored;
@@ -84,7 +84,7 @@ where
                 let Some(l) = holdback::take(db, name.bytes()) else {
                     return Ok(None);
                 };
-                if holdback::grants(db, name.bytes(), clock::now_ms()) == Grants::Held {
+                if holdback::grants(db, name.bytes()) == Grants::Held {
                     return Ok(Some(in_lobby::<K, T>(db, name.bytes(), l, op)));
                 }
                 // Grants opened: the lobby becomes the key.
@@ -239,11 +239,12 @@ fn run<K: Keyed, T>(
     op: impl FnOnce(&mut Stored<K>, &mut Env) -> (Changes, T),
 ) -> (Changes, T) {
     let (now, round_up) = clock::now();
+    let mono = server::monotonic_ms();
     let slot = v.slot;
     // One look at the state for what every operation needs.
     let (mut tokens, mut quiet, cancels, stall) = state::with(move |s| {
-        let stall = holdback::ran(s, now);
-        let quiet = s.quarantine_until <= now && s.evicted.is_empty();
+        let stall = holdback::ran(s, mono);
+        let quiet = s.quarantine_until <= mono && s.evicted.is_empty();
         (s.tokens, quiet, s.waiters.take_cancels_of(slot), stall)
     });
     if let Some(gap) = stall {
@@ -256,7 +257,7 @@ fn run<K: Keyed, T>(
     } else if quiet {
         Grants::Open
     } else {
-        holdback::grants(place.0, place.1, now)
+        holdback::grants(place.0, place.1)
     };
     let alive = waiters::alive;
     let out = {
@@ -411,8 +412,7 @@ where
     };
     let lock = v.core.lock_mut();
     if lock.holder_count() == 0 && lock.waiter_count() > 0 {
-        let (now, _) = clock::now();
-        if holdback::grants(db, name, now) == Grants::Held {
+        if holdback::grants(db, name) == Grants::Held {
             // The name's whole state waits in the lobby, grants closed.
             let lock = std::mem::take(lock);
             let slot = std::mem::replace(&mut v.slot, Slot::NONE);

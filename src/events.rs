@@ -9,9 +9,9 @@ use crate::clock::now_ms;
 use crate::commit::{ensure_slot, requeue};
 use crate::ffi::ctx::{log_warning, Ctx};
 use crate::ffi::key::{Key, Typed};
-use crate::ffi::replicate;
 use crate::ffi::server::{Handlers, Loading};
 use crate::ffi::string::RStr;
+use crate::ffi::{replicate, server};
 use crate::index::Slot;
 use crate::registry::Orphans;
 use crate::value::{Saved, Stored};
@@ -28,12 +28,13 @@ pub fn handlers() -> Handlers {
         generic,
         evicted,
         cron,
+        turn,
     }
 }
 
 /// The cron: the stall check runs even when no command comes.
 fn cron(ctx: &Ctx, hz: i32) {
-    let now = now_ms();
+    let now = server::monotonic_ms();
     let master = ctx.is_master();
     let stall = state::with(move |s| {
         s.master = master;
@@ -41,6 +42,16 @@ fn cron(ctx: &Ctx, hz: i32) {
         holdback::ran(s, now)
     });
     if let Some(gap) = stall {
+        holdback::stalled(gap);
+    }
+}
+
+/// Each turn of the event loop (before it sleeps, after it wakes): the server runs now, so a
+/// stall is measured from the last moment it ran, not from the last cron tick (a command that
+/// blocks the server for less than the bound is no stall).
+fn turn(_ctx: &Ctx) {
+    let now = server::monotonic_ms();
+    if let Some(gap) = state::with(move |s| holdback::ran(s, now)) {
         holdback::stalled(gap);
     }
 }

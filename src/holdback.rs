@@ -24,6 +24,7 @@ use redis_lease_core::{Grants, Kind, Lock, Ms, Waiter};
 
 use crate::clock::now_ms;
 use crate::ffi::ctx::log_warning;
+use crate::ffi::server::monotonic_ms;
 use crate::index::Slot;
 use crate::state::{self, Evicted, Shell};
 use crate::{config, schedule, waiters};
@@ -63,14 +64,18 @@ fn no_lobby() -> bool {
     IN_LOBBY.load(Ordering::Relaxed) == 0
 }
 
-/// Until when grants on `name` in `db` are held back (`None`: they are open at `now`).
-pub fn held_until(db: i32, name: &[u8], now: Ms) -> Option<Ms> {
+/// Until when (wall-clock ms) grants on `name` in `db` are held back (`None`: they are open
+/// now). The quarantine is a local duration, kept on the monotonic clock so that no step of
+/// the wall clock lengthens or revives it; an evicted lease's end is absolute, as leases are.
+pub fn held_until(db: i32, name: &[u8]) -> Option<Ms> {
+    let (wall, mono) = (now_ms(), monotonic_ms());
     let name: Box<[u8]> = name.into();
     state::with(move |s| {
-        let mut until = (s.quarantine_until > now).then_some(s.quarantine_until);
+        let q = s.quarantine_until.saturating_sub(mono);
+        let mut until = (q > 0).then(|| wall.saturating_add(q));
         if !s.evicted.is_empty() {
             if let Some(e) = s.evicted.get(&(db, name)) {
-                if e.until > now {
+                if e.until > wall {
                     until = Some(until.map_or(e.until, |u: Ms| u.max(e.until)));
                 }
             }
@@ -79,11 +84,12 @@ pub fn held_until(db: i32, name: &[u8], now: Ms) -> Option<Ms> {
     })
 }
 
-/// Whether new grants may be made on `name` in `db` at `now`.
-pub fn grants(db: i32, name: &[u8], now: Ms) -> Grants {
+/// Whether new grants may be made on `name` in `db` now.
+pub fn grants(db: i32, name: &[u8]) -> Grants {
     // The common case costs two loads and no allocation.
-    let quiet = state::with(|s| s.quarantine_until <= now && s.evicted.is_empty());
-    if quiet || held_until(db, name, now).is_none() {
+    let mono = monotonic_ms();
+    let quiet = state::with(move |s| s.quarantine_until <= mono && s.evicted.is_empty());
+    if quiet || held_until(db, name).is_none() {
         Grants::Open
     } else {
         Grants::Held
@@ -96,7 +102,7 @@ pub fn start_quarantine() {
     if q == 0 {
         return;
     }
-    let now = now_ms();
+    let now = monotonic_ms();
     let until = now.saturating_add(q);
     state::with(move |s| {
         if until > s.quarantine_until {
@@ -104,7 +110,7 @@ pub fn start_quarantine() {
             s.quarantine_since = now;
         }
     });
-    schedule::arm(until);
+    schedule::arm(now_ms().saturating_add(q));
 }
 
 /// `CONFIG SET lease.quarantine`: a running quarantine lasts the new setting from its start
@@ -112,23 +118,23 @@ pub fn start_quarantine() {
 /// are served by the rules as they are now.
 pub fn quarantine_set() {
     let q = config::quarantine_ms();
-    let now = now_ms();
-    let shortened = state::with(move |s| {
+    let now = monotonic_ms();
+    let left = state::with(move |s| {
         let end = s.quarantine_since.saturating_add(q);
         if s.quarantine_until > now && end < s.quarantine_until {
-            s.quarantine_until = end.max(now.min(s.quarantine_until));
-            return true;
+            s.quarantine_until = end.max(now);
+            return Some(s.quarantine_until - now);
         }
-        false
+        None
     });
-    if shortened {
+    if let Some(left) = left {
         let slots: Vec<Slot> = with_lobby(|l| {
             l.values()
                 .flat_map(|m| m.values())
                 .map(|x| x.slot)
                 .collect()
         });
-        let at = state::with(|s| s.quarantine_until).max(now);
+        let at = now_ms().saturating_add(left);
         for slot in slots {
             schedule::set(slot, Some(at));
         }
@@ -144,8 +150,9 @@ pub fn stall_after(hz: i32) -> Ms {
     STALL_FLOOR_MS.max(3000 / u64::try_from(hz.max(1)).unwrap_or(1))
 }
 
-/// The server runs at `now` (a cron tick or a command): the gap since it last ran if that is
-/// a stall on a master. Cheap: the hot path calls it with the state already borrowed.
+/// The server runs at `now` (monotonic ms: a turn of the event loop, a cron tick or a
+/// command): the gap since it last ran if that is a stall on a master. Cheap: the hot path
+/// calls it with the state already borrowed.
 pub fn ran(s: &mut Shell, now: Ms) -> Option<Ms> {
     let last = s.last_ran;
     s.last_ran = now.max(last);
@@ -176,8 +183,9 @@ pub fn set_master(master: bool) {
 }
 
 /// Ms of quarantine left.
-pub fn quarantine_left(now: Ms) -> u64 {
-    state::with(|s| s.quarantine_until.saturating_sub(now))
+pub fn quarantine_left() -> u64 {
+    let now = monotonic_ms();
+    state::with(move |s| s.quarantine_until.saturating_sub(now))
 }
 
 /// A key whose leases run until `until` was evicted: hold back new grants on it until then.
@@ -264,7 +272,7 @@ pub fn put(db: i32, name: &[u8], lobby: Lobby) {
 
 fn reschedule(slot: Slot, until: Option<Ms>) {
     // Wake at the first wait deadline, or when grants open, whichever is first.
-    let open = schedule::place(slot).and_then(|(db, name)| held_until(db, &name, now_ms()));
+    let open = schedule::place(slot).and_then(|(db, name)| held_until(db, &name));
     let when = match (until, open) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b).or(Some(now_ms())),

@@ -48,7 +48,7 @@ pub fn write(out: &mut Section) {
         (c"scheduled_wakeups", scheduled as u64),
         (c"indexed_keys", keys as u64),
         (c"index_bytes", index_bytes as u64),
-        (c"quarantine_ms", holdback::quarantine_left(now)),
+        (c"quarantine_ms", holdback::quarantine_left()),
         (c"lobby_waiters", holdback::waiting() as u64),
         (c"evictions", s.evictions),
         (c"stalls", s.stalls),

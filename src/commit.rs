@@ -411,13 +411,12 @@ where
         return;
     };
     let lock = v.core.lock_mut();
-    if lock.holder_count() == 0 && lock.waiter_count() > 0 {
-        if holdback::grants(db, name) == Grants::Held {
-            // The name's whole state waits in the lobby, grants closed.
-            let lock = std::mem::take(lock);
-            let slot = std::mem::replace(&mut v.slot, Slot::NONE);
-            holdback::park(db, name, slot, K::KIND, lock);
-        }
+    let idle = lock.holder_count() == 0 && lock.waiter_count() > 0;
+    if idle && holdback::grants(db, name) == Grants::Held {
+        // The name's whole state waits in the lobby, grants closed.
+        let lock = std::mem::take(lock);
+        let slot = std::mem::replace(&mut v.slot, Slot::NONE);
+        holdback::park(db, name, slot, K::KIND, lock);
     }
     if v.core.lock().is_empty() {
         let slot = std::mem::replace(&mut v.slot, Slot::NONE);

@@ -14,7 +14,7 @@ use crate::ffi::replicate;
 use crate::ffi::reply::{Reply, ReplyError};
 use crate::value::{Saved, Stored};
 use crate::wire::{self, Op};
-use crate::{holdback, validate};
+use crate::{holdback, state, validate};
 
 fn apply_to<K: Saved>(ctx: &Ctx, args: &Args, ops: Vec<Op>) -> Outcome
 where
@@ -78,6 +78,12 @@ pub fn apply(ctx: &Ctx, args: &Args) -> Outcome {
     ops.retain(|op| match op {
         Op::Evicted(until) => {
             holdback::evicted(db, name, *until, false);
+            false
+        }
+        // The server-wide mark is no key's either.
+        Op::High(t) => {
+            let t = *t;
+            state::with(move |s| s.tokens.observe(t));
             false
         }
         _ => true,

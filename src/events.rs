@@ -16,7 +16,7 @@ use crate::index::Slot;
 use crate::registry::Orphans;
 use crate::value::{Saved, Stored};
 use crate::visit::{visit, Visitor};
-use crate::wire::Word;
+use crate::wire::{Record, Word};
 use crate::{holdback, orphans, schedule, state, text, waiters};
 
 pub fn handlers() -> Handlers {
@@ -29,6 +29,7 @@ pub fn handlers() -> Handlers {
         evicted,
         cron,
         turn,
+        forked,
     }
 }
 
@@ -53,6 +54,22 @@ fn turn(_ctx: &Ctx) {
     let now = server::monotonic_ms();
     if let Some(gap) = state::with(move |s| holdback::ran(s, now)) {
         holdback::stalled(gap);
+    }
+}
+
+/// A child was forked. If it rewrites the AOF while no lock key exists, the rewritten file
+/// has no record carrying the token high-water mark (without an RDB preamble): the timer
+/// writes one to the new incremental file, so a restart never hands out a lower token.
+fn forked(ctx: &Ctx) {
+    if !ctx.aof_on() || !ctx.is_master() || state::keys() > 0 {
+        return;
+    }
+    let due = state::with(|s| {
+        s.high_due = s.tokens.high_water() > 0;
+        s.high_due
+    });
+    if due {
+        schedule::arm(now_ms());
     }
 }
 
@@ -260,7 +277,7 @@ fn evicted(ctx: &Ctx, key: RStr) {
         holdback::evicted(db, name, until, true);
         // Replicas (and the AOF) hold back too: a promoted replica must not let a second
         // holder in while the evicted lease runs.
-        replicate::evicted(ctx, key, Word::of_kind(u.kind), until);
+        replicate::records(ctx, key, Word::of_kind(u.kind), &[Record::Evicted(until)]);
     }
     // Its waiters wait on, in the lobby, until grants open on it again.
     if let Some(o) = orphans::take(db, name) {

@@ -85,6 +85,8 @@ pub struct Shell {
     /// Evicted keys whose leases may still run, by (db, name).
     pub evicted: HashMap<(i32, Box<[u8]>), Evicted>,
     pub stats: Stats,
+    /// The token high-water mark is to be written to the AOF (see `events::forked`).
+    pub high_due: bool,
 }
 
 thread_local! {

@@ -8,11 +8,13 @@ use crate::clock::now_ms;
 use crate::commit::{decide, Open, Origin};
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed};
-use crate::ffi::{guard, timer};
+use crate::ffi::string::RString;
+use crate::ffi::{guard, replicate, timer};
 use crate::index::Slot;
 use crate::value::{Saved, Stored};
 use crate::visit::{visit, Visitor};
-use crate::{orphans, reopen, schedule, waiters};
+use crate::wire::{self, Record, Word};
+use crate::{orphans, reopen, schedule, state, waiters};
 
 /// While a failover pauses writes (`CLIENT PAUSE WRITE`, `FAILOVER`), background writes must
 /// wait: look again this much later.
@@ -34,6 +36,7 @@ pub fn fire(ctx: &Ctx) {
     let now = now_ms();
     if !ctx.loading() {
         orphans::answer_gone();
+        high_water(ctx);
     }
     // Each key under its own guard: a bug on one key does not stop the others, and the
     // timer is armed again whatever happened.
@@ -55,6 +58,16 @@ pub fn fire(ctx: &Ctx) {
     };
     if let Some(at) = next {
         schedule::arm(at);
+    }
+}
+
+/// Writes the token high-water mark to the AOF and replicas when it is due (an AOF rewrite
+/// with no lock key to carry it): `LEASE.APPLY lease:high rwlock HIGH n`, which makes no key.
+fn high_water(ctx: &Ctx) {
+    let high = state::with(|s| std::mem::take(&mut s.high_due).then_some(s.tokens.high_water()));
+    if let Some(high) = high {
+        let key = RString::from_bytes(wire::HIGH_KEY);
+        replicate::records(ctx, key.as_str(), Word::RwLock, &[Record::High(high)]);
     }
 }
 

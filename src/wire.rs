@@ -194,6 +194,9 @@ pub fn encode_records<'a>(records: &[Record<'a>], mut out: impl FnMut(Arg<'a>)) 
     }
 }
 
+/// The name a server-wide record (`HIGH` alone) is written under: it makes no key.
+pub const HIGH_KEY: &[u8] = b"lease:high";
+
 /// Holders per `LEASE.APPLY` command of an AOF rewrite (as Redis batches big values).
 pub const HOLDS_PER_COMMAND: usize = 64;
 

@@ -75,13 +75,14 @@ pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<Owner>, effects: 
     drop(made);
 }
 
-/// Replicates `LEASE.APPLY key kind EVICTED until`: the key was evicted while its leases ran.
-pub fn evicted(ctx: &Ctx, key: RStr, kind: Word, until: u64) {
+/// Replicates `LEASE.APPLY key kind records...`: records about a name, or the server (an
+/// eviction's hold-back, the token high-water mark).
+pub fn records(ctx: &Ctx, key: RStr, kind: Word, records: &[Record]) {
     let mut args: SmallVec<[*mut raw::RedisModuleString; 4]> = SmallVec::new();
-    let mut made: SmallVec<[RString; 1]> = SmallVec::new();
+    let mut made: SmallVec<[RString; 2]> = SmallVec::new();
     args.push(key.raw());
     args.push(word(kind));
-    encode_records(&[Record::Evicted(until)], |a| {
+    encode_records(records, |a| {
         let s = match a {
             Arg::Word(w) => word(w),
             Arg::Num(n) => {

@@ -239,15 +239,19 @@ fn run<K: Keyed, T>(
     op: impl FnOnce(&mut Stored<K>, &mut Env) -> (Changes, T),
 ) -> (Changes, T) {
     let (now, round_up) = clock::now();
-    let mono = server::monotonic_ms();
     let slot = v.slot;
-    // One look at the state for what every operation needs.
-    let (mut tokens, mut quiet, cancels, stall) = state::with(move |s| {
-        let stall = holdback::ran(s, mono);
-        let quiet = s.quarantine_until <= mono && s.evicted.is_empty();
-        (s.tokens, quiet, s.waiters.take_cancels_of(slot), stall)
+    // One look at the state for what every operation needs (no monotonic clock read unless
+    // the wall clock hints at a stall: each turn of the event loop checks it anyway).
+    let (mut tokens, mut quiet, cancels, suspect) = state::with(move |s| {
+        let suspect = holdback::suspect(s, now);
+        let quiet = s.quarantine_until == 0 && s.evicted.is_empty();
+        (s.tokens, quiet, s.waiters.take_cancels_of(slot), suspect)
     });
-    if let Some(gap) = stall {
+    let stall = suspect.then(|| {
+        let mono = server::monotonic_ms();
+        state::with(move |s| holdback::ran(s, mono))
+    });
+    if let Some(gap) = stall.flatten() {
         // Before this request is decided: it may come from a client of the replaced master.
         holdback::stalled(gap);
         quiet = false;

@@ -88,7 +88,13 @@ pub fn held_until(db: i32, name: &[u8]) -> Option<Ms> {
 pub fn grants(db: i32, name: &[u8]) -> Grants {
     // The common case costs two loads and no allocation.
     let mono = monotonic_ms();
-    let quiet = state::with(move |s| s.quarantine_until <= mono && s.evicted.is_empty());
+    let quiet = state::with(move |s| {
+        if s.quarantine_until != 0 && s.quarantine_until <= mono {
+            // Ended: the hot path's check (`quarantine_until == 0`) needs no clock.
+            s.quarantine_until = 0;
+        }
+        s.quarantine_until == 0 && s.evicted.is_empty()
+    });
     if quiet || held_until(db, name).is_none() {
         Grants::Open
     } else {
@@ -175,6 +181,20 @@ pub fn stalled(gap: Ms) {
          have been promoted meanwhile; no new grants for lease.quarantine ({q} ms)"
     ));
     start_quarantine();
+}
+
+/// How far apart two sightings of the server on the wall clock make a request check the
+/// monotonic clock for a stall before it is decided.
+const SUSPECT_MS: Ms = STALL_FLOOR_MS / 2;
+
+/// A request at wall-clock `now`: whether the gap since the last request (or a backward step)
+/// calls for the monotonic check ([`ran`]) before it is decided: after an idle time (cheap:
+/// the event loop's last turn is then recent, no stall), after a stall inside a batch of
+/// commands (which the event loop's turns do not see until the batch ends), or after a step of
+/// the clock. Back-to-back requests read no second clock.
+pub fn suspect(s: &mut Shell, now: Ms) -> bool {
+    let last = std::mem::replace(&mut s.last_wall, now);
+    last != 0 && (now < last || now - last > SUSPECT_MS)
 }
 
 /// This server's role (kept for the hot path's stall check).

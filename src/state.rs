@@ -78,6 +78,9 @@ pub struct Shell {
     /// When the module last saw the server run, on the monotonic clock (a turn of the event
     /// loop, a cron tick or a command; 0: not yet).
     pub last_ran: Ms,
+    /// The wall clock at the last request: a hint for requests to check for a stall (see
+    /// `holdback::suspect`).
+    pub last_wall: Ms,
     /// A gap longer than this between two runs is a stall (see `holdback::ran`).
     pub stall_after: Ms,
     /// This server is a master (kept from the role events, for the hot path).

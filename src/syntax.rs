@@ -179,6 +179,49 @@ pub struct KeySpec {
     pub access: Access,
 }
 
+/// Every form `args` documents, with a sample value for each argument (`value(name)`):
+/// each optional argument left out and given, each repeated one once and twice, each
+/// alternative of a choice.
+#[cfg(test)]
+pub fn forms(args: &[Arg], value: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
+    let mut out = vec![Vec::new()];
+    for a in args {
+        let mut next = Vec::new();
+        let once = forms_once(a, value);
+        let mut choices: Vec<Vec<String>> = once.clone();
+        if a.multiple {
+            for x in &once {
+                choices.push([x.clone(), x.clone()].concat());
+            }
+        }
+        if a.optional {
+            choices.push(Vec::new());
+        }
+        for head in &out {
+            for c in &choices {
+                next.push([head.clone(), c.clone()].concat());
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+#[cfg(test)]
+fn forms_once(a: &Arg, value: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
+    let token: Vec<String> = a.token.iter().map(|t| t.to_string_lossy().into()).collect();
+    let values = match a.shape {
+        Shape::Token => return vec![token],
+        Shape::OneOf(alts) => alts.iter().flat_map(|x| forms(&[*x], value)).collect(),
+        Shape::Block(subs) => forms(subs, value),
+        _ => vec![vec![value(&a.name.to_string_lossy())]],
+    };
+    values
+        .into_iter()
+        .map(|v| [token.clone(), v].concat())
+        .collect()
+}
+
 /// The usage line: `RWLOCK.RLOCK key owner ttl [WAIT ms]` (docs/COMMANDS.md shows each).
 #[cfg(test)]
 pub fn usage(name: &str, args: &[Arg]) -> String {
@@ -193,15 +236,11 @@ pub fn usage(name: &str, args: &[Arg]) -> String {
 #[cfg(test)]
 fn shown(a: &Arg) -> String {
     let one = shown_once(a);
-    let many = if a.multiple {
-        format!("{one} [{one} ...]")
-    } else {
-        one
-    };
-    if a.optional {
-        format!("[{many}]")
-    } else {
-        many
+    match (a.optional, a.multiple) {
+        (false, false) => one,
+        (false, true) => format!("{one} [{one} ...]"),
+        (true, false) => format!("[{one}]"),
+        (true, true) => format!("[{one} [{one} ...]]"),
     }
 }
 
@@ -267,5 +306,25 @@ mod tests {
         );
         assert_eq!(usage("m", MULTI), "M numkeys key [key ...] [READ]");
         assert_eq!(usage("x", OPS), "X key <RELEASE owner | LAST token>");
+    }
+
+    #[test]
+    fn forms_cover_every_option_and_choice() {
+        let v = |n: &str| n.to_string();
+        let f = |args| -> Vec<String> { forms(args, &v).iter().map(|f| f.join(" ")).collect() };
+        assert_eq!(f(LOCK), ["key owner ttl WAIT ms", "key owner ttl"]);
+        assert_eq!(
+            f(MULTI),
+            [
+                "numkeys key READ",
+                "numkeys key",
+                "numkeys key key READ",
+                "numkeys key key"
+            ]
+        );
+        assert_eq!(f(OPS), ["key RELEASE owner", "key LAST token"]);
+        let keys = [key(c"a"), key(c"b").key_spec(1)];
+        assert!(matches!(keys[1].shape, Shape::Key { key_spec: 1 }));
+        let _ = Keys::Numkeys(1);
     }
 }

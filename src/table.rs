@@ -214,3 +214,96 @@ pub fn register(ctx: &crate::ffi::ctx::Ctx) -> Result<(), String> {
     command::register(ctx, COMMANDS)?;
     command::register(ctx, TESTING)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTRACT: &str = include_str!("../docs/COMMANDS.md");
+
+    fn name(spec: &Spec) -> String {
+        spec.name.to_string_lossy().into_owned()
+    }
+
+    fn words(c: &std::ffi::CStr) -> Vec<String> {
+        c.to_string_lossy().split(' ').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn the_contract_shows_every_public_command_as_its_syntax_does() {
+        for spec in COMMANDS.iter().filter(|s| s.reach == Reach::Public) {
+            let usage = syntax::usage(&name(spec), spec.args);
+            assert!(
+                CONTRACT.contains(&format!("`{usage}`")),
+                "docs/COMMANDS.md lacks `{usage}`"
+            );
+        }
+    }
+
+    #[test]
+    fn the_contract_lists_each_command_s_acl_categories() {
+        for spec in COMMANDS {
+            let mut cats: Vec<String> = words(spec.acl).iter().map(|c| format!("@{c}")).collect();
+            if spec.reach == Reach::Public {
+                cats.push("@lease".into());
+            }
+            let row = format!("| `{}` | `{}` |", name(spec).to_uppercase(), cats.join(" "));
+            assert!(CONTRACT.contains(&row), "docs/COMMANDS.md lacks {row}");
+        }
+    }
+
+    /// As Redis gives its own commands categories from their flags.
+    #[test]
+    fn categories_agree_with_the_flags() {
+        for spec in COMMANDS.iter().chain(TESTING) {
+            let (flags, cats) = (words(spec.flags), words(spec.acl));
+            let has = |c: &str| cats.iter().any(|x| x == c);
+            let flag = |f: &str| flags.iter().any(|x| x == f);
+            let n = name(spec);
+            assert_eq!(flag("fast"), has("fast"), "{n}");
+            assert_ne!(has("fast"), has("slow"), "{n}: fast or slow");
+            if spec.reach == Reach::Public {
+                assert_eq!(flag("write"), has("write"), "{n}");
+                assert_eq!(flag("readonly"), has("read"), "{n}");
+                let waits = spec.args.iter().any(|a| a.token == Some(c"WAIT"));
+                assert_eq!(waits, has("blocking"), "{n}: blocking where WAIT can park");
+            } else {
+                assert!(has("admin") && has("dangerous") && !has("write"), "{n}");
+            }
+        }
+    }
+
+    /// LEASE.APPLY is sent by masters, not clients: its documented forms go to its parser
+    /// here (the public commands' go over the wire in tests/docs.rs).
+    #[test]
+    fn every_documented_lease_apply_form_parses() {
+        let apply = COMMANDS.iter().find(|s| name(s) == "lease.apply").unwrap();
+        let value = |n: &str| match n {
+            "key" => "k".to_string(),
+            "owner" => "o".to_string(),
+            _ => "1".to_string(),
+        };
+        let forms = syntax::forms(apply.args, &value);
+        assert!(forms.len() > 10, "{forms:?}");
+        for f in forms {
+            let args: Vec<&[u8]> = f.iter().map(|a| a.as_bytes()).collect();
+            assert!(crate::wire::kind(args[1]).is_some(), "{f:?}");
+            let ops = crate::wire::parse_ops(&args[2..]);
+            assert!(ops.is_ok(), "{f:?}: {ops:?}");
+            let arity = apply.arity;
+            assert!(args.len() + 1 >= arity.unsigned_abs() as usize, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn arity_is_the_syntax_s() {
+        let of = |n: &str| COMMANDS.iter().find(|s| name(s) == n).unwrap().arity;
+        assert_eq!(of("rwlock.rlock"), -4);
+        assert_eq!(of("rwlock.unlock"), 3);
+        assert_eq!(of("rwlock.renew"), 4);
+        assert_eq!(of("rwlock.info"), 2);
+        assert_eq!(of("semaphore.acquire"), -5);
+        assert_eq!(of("lease.exec"), -4);
+        assert_eq!(of("lease.apply"), -3);
+    }
+}

@@ -401,3 +401,61 @@ fn the_readme_recipes_work() {
         "the README has the by-name recipe (Redis 7.0)"
     );
 }
+
+/// The key specs: the commands that change a lock need write access to its key (and read:
+/// their replies show its state), INFO / CURRENT read access, and LEASE.EXEC only read
+/// access to the lock key (its command's keys are checked when it runs).
+#[test]
+fn key_permissions_follow_the_key_specs() {
+    let (s, mut admin, _) = start();
+    let mut c = user(&s, &mut admin, "rk", &["+@all", "resetkeys", "%R~acl:*"]);
+    let got = exercise(&mut c, "rk");
+    for (name, r) in &got {
+        if reads(name) {
+            assert!(!matches!(r, Resp::Error(_)), "%R~: {name}: {r:?}");
+        } else if name == "lease.exec" {
+            // Allowed to read the lock key; nothing holds it (the WLOCK was refused).
+            assert!(
+                matches!(r, Resp::Error(e) if e.starts_with("FENCED")),
+                "{r:?}"
+            );
+        } else {
+            assert!(denied(r), "%R~: {name} needs write access: {r:?}");
+        }
+    }
+    // A lock the admin holds fences a write of a user who may only read the lock key.
+    let t = admin
+        .cmd(&["RWLOCK.WLOCK", "acl:fence", "admin", "10000"])
+        .int();
+    let mut w = user(
+        &s,
+        &mut admin,
+        "fenced",
+        &["+@all", "resetkeys", "%R~acl:fence", "~acl:data"],
+    );
+    let r = w.cmd(&[
+        "LEASE.EXEC",
+        "acl:fence",
+        &t.to_string(),
+        "SET",
+        "acl:data",
+        "1",
+    ]);
+    assert_eq!(r, Resp::Simple("OK".into()));
+    let r = w.cmd(&[
+        "LEASE.EXEC",
+        "acl:fence",
+        &t.to_string(),
+        "SET",
+        "acl:other",
+        "1",
+    ]);
+    assert!(
+        matches!(r, Resp::Error(_)),
+        "the command's own key is checked: {r:?}"
+    );
+    let r = w.cmd(&["RWLOCK.UNLOCK", "acl:fence", "admin"]);
+    assert!(denied(&r), "{r:?}");
+    assert_eq!(admin.cmd(&["GET", "acl:data"]), Resp::Bulk(b"1".to_vec()));
+    assert_eq!(admin.cmd(&["EXISTS", "acl:other"]), Resp::Int(0));
+}

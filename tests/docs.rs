@@ -75,7 +75,11 @@ fn forms_once(a: &DocArg) -> Vec<Vec<Word>> {
     let token: Vec<Word> = a.token.iter().map(|t| Word::Token(t.clone())).collect();
     let values = match a.kind.as_str() {
         "pure-token" => return vec![token],
-        "oneof" => a.subs.iter().flat_map(|s| forms(&[s.clone()])).collect(),
+        "oneof" => a
+            .subs
+            .iter()
+            .flat_map(|s| forms(std::slice::from_ref(s)))
+            .collect(),
         "block" => forms(&a.subs),
         _ => vec![vec![Word::Value {
             name: a.name.clone(),

@@ -3,6 +3,7 @@
 //! command's `extern "C"` entry.
 
 use std::ffi::{CStr, CString};
+use std::io::ErrorKind;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -130,10 +131,14 @@ pub fn probe_acl(ctx: &Ctx) -> AclSupport {
         && api_opt!(RedisModule_AddACLCategory).is_some_and(|add| {
             // SAFETY: called from OnLoad with a static name.
             let ok = unsafe { add(ctx.raw(), CATEGORY.as_ptr()) } == raw::REDISMODULE_OK as i32;
-            if !ok {
-                log_warning("lease: could not add the ACL category @lease (is it taken?)");
+            // EBUSY: it exists already (a category outlives the module that added it).
+            let exists = !ok && std::io::Error::last_os_error().kind() == ErrorKind::ResourceBusy;
+            if exists {
+                log_notice("lease: the ACL category @lease exists already: using it");
+            } else if !ok {
+                log_warning("lease: could not add the ACL category @lease");
             }
-            ok
+            ok || exists
         });
     let support = AclSupport {
         categories,

@@ -183,7 +183,7 @@ fn the_categories_are_what_the_server_allows() {
     };
     assert_eq!(field, expected, "{sup:?}");
     let public = public_commands(&mut admin);
-    assert_eq!(public.len(), 14, "{public:?}");
+    assert!(public.len() >= 14, "{public:?}");
     let cat = |admin: &mut Sock, c: &str| -> BTreeSet<String> {
         match admin.cmd(&["ACL", "CAT", c]) {
             Resp::Array(a) => a

@@ -27,6 +27,7 @@ mod parse;
 mod registry;
 mod slot;
 mod state;
+mod syntax;
 mod text;
 mod validate;
 mod value;

@@ -23,6 +23,7 @@ pub mod s3_flood;
 pub mod s4_lapse;
 pub mod s5_scale;
 pub mod s6_semaphore;
+pub mod waiting;
 pub mod worker;
 
 use std::path::{Path, PathBuf};

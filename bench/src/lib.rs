@@ -23,6 +23,7 @@ pub mod s3_flood;
 pub mod s4_lapse;
 pub mod s5_scale;
 pub mod s6_semaphore;
+pub mod s7_growth;
 pub mod waiting;
 pub mod worker;
 
@@ -108,6 +109,16 @@ pub struct Settings {
     pub s6_secs: f64,
     pub s6_grace: Duration,
     pub s6_max_grants: u64,
+    /// Held locks at each step of the growth scenario.
+    pub s7_held: Vec<usize>,
+    /// (parked requests, over how many keys).
+    pub s7_parked: Vec<(usize, usize)>,
+    /// Hand-offs sampled per parked case.
+    pub s7_handoffs: usize,
+    /// Leases ending in the same second.
+    pub s7_lapses: usize,
+    /// How many parked requests the open-files limit allows.
+    pub s7_room: usize,
 }
 
 impl Settings {
@@ -146,6 +157,11 @@ impl Settings {
             s6_secs: 3.0,
             s6_grace: Duration::from_secs(3),
             s6_max_grants: 1_000_000,
+            s7_held: vec![10_000, 100_000, 1_000_000],
+            s7_parked: vec![(1000, 100), (10_000, 100), (10_000, 10_000)],
+            s7_handoffs: 200,
+            s7_lapses: 100_000,
+            s7_room: usize::MAX,
         };
         match mode {
             Mode::Smoke => Settings {
@@ -173,6 +189,10 @@ impl Settings {
                 s6_secs: 0.1,
                 s6_grace: Duration::from_millis(1500),
                 s6_max_grants: 20,
+                s7_held: vec![1000, 10_000],
+                s7_parked: vec![(100, 10), (200, 200)],
+                s7_handoffs: 10,
+                s7_lapses: 2000,
                 ..full
             },
             Mode::Full { scale } => {
@@ -199,7 +219,8 @@ impl Settings {
             "1a: {} conns x {} pairs per pipeline, {:.2} s per run, {} rounds; 1b: {} clients, \
              {:.2} s per run, {} rounds; 2: writers {:?}, hold {:?}, window {:.2} s; 3: {} readers, hold {:?}, {} \
              trials, bound {:?}; 4: ttl {:?}, {} trials; 5: readers {:?}, waiters {:?}, {} locks \
-             for memory; 6: workers {:?}, limit {}, permits {:?} in turn, hold {:?}, window {:.2} s",
+             for memory; 6: workers {:?}, limit {}, permits {:?} in turn, hold {:?}, window {:.2} s; \
+             7: held {:?}, parked (requests, keys) {:?}, {} lapses",
             self.s1_conns,
             self.s1_pipeline_pairs,
             self.s1_secs,
@@ -223,7 +244,10 @@ impl Settings {
             self.s6_limit,
             self.s6_mix,
             self.s6_hold,
-            self.s6_secs
+            self.s6_secs,
+            self.s7_held,
+            self.s7_parked,
+            self.s7_lapses
         )
     }
 }
@@ -422,6 +446,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             "the open-files limit allows only {room} waiters here"
         ));
     }
+    st.s7_room = room;
     let maxclients = st.s5_waiters.iter().max().copied().unwrap_or(0) + 1000;
     let server = start_server(maxclients)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -444,7 +469,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
     let mut rows = Vec::new();
     let mut loads = Vec::new();
     let mut max_share: f64 = 0.0;
-    for n in 1..=6u32 {
+    for n in 1..=7u32 {
         if !(cfg.only.is_empty() || cfg.only.contains(&n)) {
             continue;
         }
@@ -463,7 +488,8 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             3 => rt.block_on(s3_flood::run(&ctx, &st)),
             4 => rt.block_on(s4_lapse::run(&ctx, &st)),
             5 => rt.block_on(s5_scale::run(&ctx, &st)),
-            _ => rt.block_on(s6_semaphore::run(&ctx, &st)),
+            6 => rt.block_on(s6_semaphore::run(&ctx, &st)),
+            _ => rt.block_on(s7_growth::run(&ctx, &st)),
         }));
         rows.extend(r.unwrap_or_else(|_| {
             vec![Row::new(&n.to_string(), "scenario failed", "-", "")

@@ -101,7 +101,9 @@ pub async fn run(ctx: &Ctx, st: &Settings) -> Vec<Row> {
             ),
         );
         rows.extend(crate::waiting::rows(&res, SC, &case, limit, |o| {
-            o.as_ref().map(|o| &o.waits).map_err(|e| Val::Error(e.clone()))
+            o.as_ref()
+                .map(|o| &o.waits)
+                .map_err(|e| Val::Error(e.clone()))
         }));
         let detail: Vec<String> = res
             .iter()

@@ -113,9 +113,10 @@ pub fn rows<R>(
     waits: impl Fn(&R) -> Result<&Censored, Val>,
 ) -> Vec<Row> {
     let row = |metric: &str, unit: &str, f: &dyn Fn(&Censored) -> Val| {
-        res.iter().fold(Row::new(scenario, case, metric, unit), |r, (c, o)| {
-            r.val(c.name(), waits(o).map_or_else(|e| e, f))
-        })
+        res.iter()
+            .fold(Row::new(scenario, case, metric, unit), |r, (c, o)| {
+                r.val(c.name(), waits(o).map_or_else(|e| e, f))
+            })
     };
     let target = format!("<= N x (hold + 1 ms) = {limit} ms");
     vec![
@@ -180,7 +181,10 @@ mod tests {
         let b = rep(&[0.0, 0.5], &[Some(0.25), Some(0.5)]);
         let c = Censored::new(&[a, b], 0.0, 1.0);
         let (lo, hi) = c.share_range();
-        assert!((lo - 0.25).abs() < 1e-9 && (hi - 0.25).abs() < 1e-9, "{lo} {hi}");
+        assert!(
+            (lo - 0.25).abs() < 1e-9 && (hi - 0.25).abs() < 1e-9,
+            "{lo} {hi}"
+        );
         assert_eq!(c.open(), 0);
     }
 }

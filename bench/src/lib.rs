@@ -55,6 +55,8 @@ pub struct Config {
     pub mode: Mode,
     /// Scenario numbers to run (1..=6); empty = all.
     pub only: Vec<u32>,
+    /// Other servers to run scenarios 1a, 2, 5 and 7 on as well: (label, binary).
+    pub servers: Vec<(String, PathBuf)>,
     /// Wait at most this long for other processes to quiet down before starting.
     pub wait_idle: Option<Duration>,
 }
@@ -65,6 +67,7 @@ impl Default for Config {
             out: PathBuf::from("bench/out"),
             mode: Mode::Full { scale: 1.0 },
             only: Vec::new(),
+            servers: Vec::new(),
             wait_idle: None,
         }
     }
@@ -384,9 +387,11 @@ async fn prepare(
     }
     v.sort();
     let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
+    // Valkey answers redis_version 7.2.4 for compatibility, and its own in valkey_version.
     let version = info
         .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
+        .find_map(|l| l.strip_prefix("valkey_version:"))
+        .or_else(|| info.lines().find_map(|l| l.strip_prefix("redis_version:")))
         .unwrap_or("?")
         .trim()
         .to_string();
@@ -418,6 +423,99 @@ fn the_contenders() -> Vec<String> {
                 if k.ttl_unit_ms == 1 { "1 ms" } else { "whole seconds" },
                 if k.fencing_tokens { "yes" } else { "no" },
             )
+        })
+        .collect()
+}
+
+/// One scenario's rows (`all`: scenario 1 with its one-at-a-time part, 1b).
+fn scenario(rt: &tokio::runtime::Runtime, ctx: &Ctx, st: &Settings, n: u32, all: bool) -> Vec<Row> {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match n {
+        1 => {
+            let mut r = s1_throughput::run_pipelined(ctx, st);
+            if all {
+                r.extend(rt.block_on(s1_throughput::run_sequential(ctx, st)));
+            }
+            r
+        }
+        2 => rt.block_on(s2_handoff::run(ctx, st)),
+        3 => rt.block_on(s3_flood::run(ctx, st)),
+        4 => rt.block_on(s4_lapse::run(ctx, st)),
+        5 => rt.block_on(s5_scale::run(ctx, st)),
+        6 => rt.block_on(s6_semaphore::run(ctx, st)),
+        _ => rt.block_on(s7_growth::run(ctx, st)),
+    }));
+    r.unwrap_or_else(|_| {
+        vec![Row::new(&n.to_string(), "scenario failed", "-", "")
+            .val("module", Val::Error("the harness panicked".into()))]
+    })
+}
+
+/// The scenarios that run on the other servers too.
+pub const ON_EVERY_SERVER: [u32; 4] = [1, 2, 5, 7];
+
+/// Scenarios 1a, 2, 5 and 7 on another server (`REDIS_SERVER` set to its binary while they
+/// run), their rows' scenarios prefixed with its label, and one row per server of the
+/// module's ratios to the floor in 1a.
+fn other_server(
+    rt: &tokio::runtime::Runtime,
+    cfg: &Config,
+    st: &Settings,
+    root: &Path,
+    label: &str,
+    binary: &Path,
+    maxclients: usize,
+) -> BenchResult<Vec<Row>> {
+    let before = std::env::var_os("REDIS_SERVER");
+    std::env::set_var("REDIS_SERVER", binary);
+    let started = start_server(maxclients);
+    match before {
+        Some(b) => std::env::set_var("REDIS_SERVER", b),
+        None => std::env::remove_var("REDIS_SERVER"),
+    }
+    let server = started?;
+    let client = server.client();
+    let scripts = contender::Scripts::default();
+    let (rtt, version) = rt.block_on(prepare(&client, &scripts))?;
+    let ctx = Ctx {
+        port: server.port,
+        client,
+        scripts,
+        rtt,
+        server_pid: server.pid(),
+        python: peers_python(root),
+        root: root.to_path_buf(),
+    };
+    let mut rows = Vec::new();
+    for n in ON_EVERY_SERVER {
+        if !(cfg.only.is_empty() || cfg.only.contains(&n)) {
+            continue;
+        }
+        eprintln!("[bench] {label} ({version}): scenario {n} ...");
+        let _ = rt.block_on(command(&ctx.client, "FLUSHALL"));
+        // Scenario 7 starts servers of its own: the same binary.
+        std::env::set_var("REDIS_SERVER", binary);
+        let r = scenario(rt, &ctx, st, n, false);
+        std::env::remove_var("REDIS_SERVER");
+        rows.extend(r.into_iter().map(|mut r| {
+            r.scenario = format!("{label} {version} · {}", r.scenario);
+            r
+        }));
+    }
+    Ok(rows)
+}
+
+/// Per server, the module's pairs against the floor in scenario 1a (`default`: the label of
+/// the server the other scenarios ran on).
+fn per_server(rows: &[Row], default: &str) -> Vec<Row> {
+    rows.iter()
+        .filter(|r| r.metric == "vs floor")
+        .map(|r| {
+            let server = match r.scenario.split_once(" · ") {
+                Some((label, _)) => label,
+                None => default,
+            };
+            Row::new("8 per server: module vs floor in 1a", server, &r.case, "x")
+                .val("module", r.get("module").clone())
         })
         .collect()
 }
@@ -478,23 +576,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         let other = machine::OtherLoad::start(&ctx.server_pid.into_iter().collect::<Vec<_>>());
         // Async: a blocking connect here would fail with EINTR when a worker process exits.
         let _ = rt.block_on(command(&ctx.client, "FLUSHALL"));
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match n {
-            1 => {
-                let mut r = s1_throughput::run_pipelined(&ctx, &st);
-                r.extend(rt.block_on(s1_throughput::run_sequential(&ctx, &st)));
-                r
-            }
-            2 => rt.block_on(s2_handoff::run(&ctx, &st)),
-            3 => rt.block_on(s3_flood::run(&ctx, &st)),
-            4 => rt.block_on(s4_lapse::run(&ctx, &st)),
-            5 => rt.block_on(s5_scale::run(&ctx, &st)),
-            6 => rt.block_on(s6_semaphore::run(&ctx, &st)),
-            _ => rt.block_on(s7_growth::run(&ctx, &st)),
-        }));
-        rows.extend(r.unwrap_or_else(|_| {
-            vec![Row::new(&n.to_string(), "scenario failed", "-", "")
-                .val("module", Val::Error("the harness panicked".into()))]
-        }));
+        rows.extend(scenario(&rt, &ctx, &st, n, true));
         let share = other.share().unwrap_or(0.0) * 100.0;
         eprintln!(
             "[bench] scenario {n} done in {:.1} s (others used {share:.0}% of the CPUs)",
@@ -514,6 +596,16 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         }
     }
     drop(server);
+    for (label, binary) in &cfg.servers {
+        match other_server(&rt, cfg, &st, &ctx.root, label, binary, maxclients) {
+            Ok(r) => rows.extend(r),
+            Err(e) => about.push(format!("{label} ({}) did not run: {e}", binary.display())),
+        }
+    }
+    if !cfg.servers.is_empty() {
+        let ratios = per_server(&rows, &format!("redis-server {version}"));
+        rows.extend(ratios);
+    }
     if max_share >= 10.0 {
         about.insert(
             0,

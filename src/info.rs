@@ -61,4 +61,9 @@ pub fn write(out: &mut Section) {
         out.int(name, saturating_i64(value));
     }
     out.float(c"wait_ms_avg", avg);
+    // 1 where the server skips the command lookup of RM_Replicate (Valkey 8.1+).
+    out.int(
+        c"skip_command_validation",
+        i64::from(crate::ffi::server::skipping_command_validation()),
+    );
 }

@@ -37,7 +37,11 @@ fn skip_command_validation_is_set_on_valkey_8_1_and_later_only() {
     let arrived = eventually(Duration::from_secs(10), || {
         lock_info(&mut r, "opt:k").token == token
     });
-    assert!(arrived, "the grant never reached the replica:\n{}", replica.log());
+    assert!(
+        arrived,
+        "the grant never reached the replica:\n{}",
+        replica.log()
+    );
     let _: i64 = redis::cmd("RWLOCK.UNLOCK")
         .arg("opt:k")
         .arg("owner-1")
@@ -46,5 +50,9 @@ fn skip_command_validation_is_set_on_valkey_8_1_and_later_only() {
     let gone = eventually(Duration::from_secs(10), || {
         lock_info(&mut r, "opt:k").holders.is_empty()
     });
-    assert!(gone, "the release never reached the replica:\n{}", replica.log());
+    assert!(
+        gone,
+        "the release never reached the replica:\n{}",
+        replica.log()
+    );
 }

@@ -14,6 +14,8 @@ export default tseslint.config(
       "@typescript-eslint/restrict-template-expressions": ["error", { allowNumber: true, allowBoolean: true }],
       "@typescript-eslint/no-unnecessary-condition": "off",
       "@typescript-eslint/no-invalid-void-type": "off",
+      // Rejections pass on what the awaited promise rejected with.
+      "@typescript-eslint/prefer-promise-reject-errors": "off",
     },
   },
   {

@@ -78,7 +78,7 @@ function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined, onAbort: (
         signal.removeEventListener("abort", abort);
         resolve(v);
       },
-      (e: Error) => {
+      (e: unknown) => {
         signal.removeEventListener("abort", abort);
         reject(e);
       },
@@ -111,7 +111,7 @@ function within<T>(p: Promise<T>, ms: number | null): Promise<T> {
         clearTimeout(t);
         resolve(v);
       },
-      (e: Error) => {
+      (e: unknown) => {
         clearTimeout(t);
         reject(e);
       },

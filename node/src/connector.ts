@@ -122,6 +122,7 @@ function within<T>(p: Promise<T>, ms: number | null): Promise<T> {
 const connectors = new WeakMap<object, Connector>();
 
 const inFlight = new WeakMap<Redis, number>();
+const lastError = new WeakMap<Redis, unknown>();
 
 /** This package's sockets keep the process alive only while a request of theirs is in flight:
  * an idle connection (or one kept for reuse) never stops a script from exiting. */
@@ -237,7 +238,9 @@ export class Connector {
 
   private fresh(r: Route): Redis {
     const conn = new Redis(r.options);
-    conn.on("error", () => undefined); // reported through the calls that fail
+    // Reported through the calls that fail; kept because ioredis rejects a failed connect with
+    // "Connection is closed." rather than the socket's error (ECONNREFUSED, ...).
+    conn.on("error", (e: unknown) => lastError.set(conn, e));
     this.open.add(conn);
     conn.once("end", () => this.open.delete(conn));
     return conn;
@@ -250,6 +253,7 @@ export class Connector {
       busy(conn, 0);
     } catch (e) {
       conn.disconnect();
+      e = lastError.get(conn) ?? e;
       throw connectionError(r.address, e instanceof Timeout ? Object.assign(new Error(e.message), { code: "ETIMEDOUT" }) : e, false);
     }
   }

@@ -298,7 +298,10 @@ export class Acquisition {
       const v = yield* queryRetry(call(k.info, k.key, this.commandTimeout), null, this.policy, this.now);
       baseline = k.hold(v)[0];
     }
-    const backoff = new Backoff(this.policy, this.now);
+    // A refused connection ends a try at once (refusedBudget); a wait without a limit rides
+    // out a restart for the whole budget.
+    const policy = this.wait === null ? { ...this.policy, refusedBudget: this.policy.budget } : this.policy;
+    const backoff = new Backoff(policy, this.now);
     for (;;) {
       if (this.uncertainSince !== null) {
         const r = yield call(k.info, k.key, this.commandTimeout);

@@ -166,6 +166,29 @@ export class Guard implements AsyncDisposable {
     return this.held ? this.state.validUntil : null;
   }
 
+  /** Waits until the lease is lost (or released) or `timeout` ms pass; answers whether it is
+   * no longer held. Computed from the lease's own deadline, so a process that was frozen past
+   * it answers true at once. */
+  async waitLost(timeout?: number): Promise<boolean> {
+    const end = timeout === undefined ? Infinity : performance.now() + timeout;
+    for (;;) {
+      if (!this.held) return true;
+      const left = Math.min(this.state.validUntil, end) - performance.now();
+      if (left <= 0 && performance.now() >= end) return !this.held;
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(t);
+          this.state.lostController.signal.removeEventListener("abort", done);
+          this.state.stopController.signal.removeEventListener("abort", done);
+          resolve();
+        };
+        const t = setTimeout(done, Math.max(left, 0) + 1);
+        this.state.lostController.signal.addEventListener("abort", done, { once: true });
+        this.state.stopController.signal.addEventListener("abort", done, { once: true });
+      });
+    }
+  }
+
   /** Throws the {@link LeaseLost} unless the lease is held. */
   check(): void {
     if (this.held) return;

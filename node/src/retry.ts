@@ -59,7 +59,10 @@ export class Backoff {
     return Math.min(this.rng() * ceiling, limit - now);
   }
 
-  giveUp(last: unknown): Unavailable {
+  /** The error to throw: the connection error itself when no connection could be made at all
+   * (it names the address and the cause), else {@link Unavailable}. */
+  giveUp(last: unknown): Unavailable | ConnectionFailed {
+    if (this.onlyRefused && last instanceof ConnectionFailed && !last.sent) return last;
     return new Unavailable(this.attempt + 1, this.now() - this.since, last);
   }
 }

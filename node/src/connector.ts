@@ -140,6 +140,9 @@ export class Connector {
   private readonly idle = new Map<string, Redis[]>();
   private readonly moved = new Map<number, string>();
   private readonly open = new Set<Redis>();
+  /** Dedicated connections with a request in flight, per address. */
+  private readonly waiting = new Map<string, Set<Redis>>();
+  private readonly watchers: Redis[] = [];
   private closed = false;
 
   constructor(
@@ -164,8 +167,10 @@ export class Connector {
   /** Closes every connection of this connector (a later request opens new ones). */
   async close(): Promise<void> {
     this.closed = true;
-    const all = [...this.open];
+    const all = [...this.open, ...this.watchers];
     this.open.clear();
+    this.watchers.length = 0;
+    this.waiting.clear();
     this.shared.clear();
     this.idle.clear();
     for (const c of all) c.disconnect();
@@ -196,11 +201,43 @@ export class Connector {
     };
   }
 
+  /**
+   * With Sentinel: follows `+switch-master` on every sentinel, and on a failover of our master
+   * drops every connection to the old one, in-flight waits included. Otherwise a connection
+   * made before the failover goes on renewing on the demoted master until the sentinels
+   * reconfigure it, while the hold lapses on the new master and is granted to someone else.
+   */
+  private watchSentinels(o: RedisOptions, address: string): void {
+    if (this.watchers.length > 0 || !o.sentinels) return;
+    const name = o.name ?? "mymaster";
+    for (const s of o.sentinels) {
+      const w = new Redis({
+        host: s.host ?? "localhost",
+        port: s.port ?? 26379,
+        username: o.sentinelUsername,
+        password: o.sentinelPassword,
+        tls: o.sentinelTLS,
+        lazyConnect: false,
+        enableReadyCheck: false,
+        maxRetriesPerRequest: null,
+        retryStrategy: (n: number) => Math.min(100 * n, 2000),
+      });
+      w.on("error", () => undefined);
+      w.on("ready", () => (w.stream as { unref?: () => void } | undefined)?.unref?.());
+      w.on("message", (_channel: string, msg: string) => {
+        if (msg.split(" ")[0] === name) this.forget(address, true);
+      });
+      void w.subscribe("+switch-master").catch(() => undefined);
+      this.watchers.push(w);
+    }
+  }
+
   /** Where a call goes: the node of its key's slot in a cluster, else the client's server. */
   private async route(key: Call["route"], ask: string | null): Promise<Route> {
     const c = this.client;
     if (!isCluster(c)) {
       const o = c.options;
+      if (o.sentinels) this.watchSentinels(o, `sentinel master ${o.name ?? "mymaster"}`);
       const address = o.sentinels ? `sentinel master ${o.name ?? "mymaster"}` : o.path ? o.path : `${o.host ?? "localhost"}:${o.port ?? 6379}`;
       return { address, options: this.tuned(o) };
     }
@@ -298,12 +335,16 @@ export class Connector {
 
   /** Drops every connection to `address` (a demoted master, a dead server): the next request
    * connects (and with Sentinel, looks the master up) anew. */
-  private forget(address: string): void {
+  private forget(address: string, inFlightToo = false): void {
     const s = this.shared.get(address);
     this.shared.delete(address);
     void s?.then((c) => { c.disconnect(); }).catch(() => undefined);
     for (const c of this.idle.get(address) ?? []) c.disconnect();
     this.idle.delete(address);
+    if (inFlightToo) {
+      for (const c of this.waiting.get(address) ?? []) c.disconnect();
+      this.waiting.delete(address);
+    }
   }
 
   /** Sends one request; answers its reply (an {@link Acked} with `acks`), or a {@link Failed}. */
@@ -381,6 +422,11 @@ export class Connector {
       p = conn.call(String(cmd), args);
     }
     busy(conn, 1);
+    let inFlight = this.waiting.get(route.address);
+    if (dedicated) {
+      if (inFlight === undefined) this.waiting.set(route.address, (inFlight = new Set()));
+      inFlight.add(conn);
+    }
     try {
       // An abort drops a dedicated call by closing its connection (the server drops the
       // waiter); a short call on the shared connection is left to finish.
@@ -405,6 +451,7 @@ export class Connector {
       return new Failed(connectionError(address, err, !stillUnsent), !stillUnsent, address);
     } finally {
       busy(conn, -1);
+      inFlight?.delete(conn);
     }
   }
 

@@ -60,6 +60,9 @@ describe("sentinel", () => {
       await sleep(4000); // past one ttl: held only if renewals found the new master
       assert.equal(g.held, true, String(g.lost));
       assert.ok(String(await replica.raw("INFO", "replication")).includes("role:master"));
+      // Never two holders: the new master counts this hold (not lapsed, not handed on).
+      const info = JSON.stringify(await replica.raw("RWLOCK.INFO", "sn:failover"));
+      assert.ok(info.includes(g.owner), `the new master holds ${info}`);
       assert.equal(await g.release(), true);
       const next = await waiting;
       assert.ok(next.token > g.token, "the waiter is served by the new master");

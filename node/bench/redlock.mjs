@@ -11,6 +11,7 @@
 //   never releases); a waiter asks right after. How long after the holder's deadline (its
 //   request's send time + ttl) is the waiter served?
 import { writeFileSync } from "node:fs";
+import os from "node:os";
 import Redis from "ioredis";
 import Redlock from "redlock";
 
@@ -150,6 +151,8 @@ try {
   const names = Object.keys(contenders);
   say(`### Node: redis-lease vs redlock ${(await import("redlock/package.json", { with: { type: "json" } }).catch(() => ({ default: { version: "5" } }))).default.version} (ioredis, one server${quick ? ", quick" : ""})`);
   say("");
+  say(`Load average at the start: ${os.loadavg().map((x) => x.toFixed(1)).join(", ")} on ${os.availableParallelism()} CPUs.`);
+  say("");
   say(`| case | metric | ${names.join(" | ")} |`);
   say(`|---|---|${names.map(() => "--:").join("|")}|`);
   for (const n of WRITERS) {
@@ -162,6 +165,7 @@ try {
     say(`| ${c} | wait max ms | ${names.map((x) => f(r[x].max)).join(" | ")} |`);
     say(`| ${c} | min/max grants per worker | ${names.map((x) => r[x].fairness.toFixed(3)).join(" | ")} |`);
     say(`| ${c} | never served | ${names.map((x) => r[x].starved).join(" | ")} |`);
+    say(`| ${c} | mean hold ms (2 asked: the rest is a loaded event loop) | ${names.map((x) => f(r[x].meanHold)).join(" | ")} |`);
   }
   const l = {};
   for (const name of names) l[name] = await lapse(server.port, name);

@@ -5,7 +5,7 @@ import { after, before, describe, test } from "node:test";
 import Redis from "ioredis";
 
 import { RwLock, Semaphore } from "../dist/index.js";
-import { Cluster, sleep } from "./servers.mjs";
+import { Cluster, raw, sleep } from "./servers.mjs";
 
 let cluster;
 let client;
@@ -52,6 +52,29 @@ describe("cluster", () => {
     assert.ok(JSON.stringify(await cluster.nodes.find((n) => n.port === replica.port).raw("RWLOCK.INFO", key)).includes(g.owner));
     const other = await new RwLock(client, key, { ttl: 3000, retry: FAST }).write({ timeout: 200 }).catch((e) => e);
     assert.equal(other.name, "NotAcquired");
+    assert.equal(await g.release(), true);
+  });
+
+  test("a slot migration while held: renewals follow ASK, then MOVED; the hold moves with its key", async () => {
+    const key = "{c:migrate}";
+    const lock = new RwLock(client, key, { ttl: 1500, retry: FAST, commandTimeout: 1000 });
+    const g = await lock.write();
+    const source = await cluster.ownerOf(key);
+    const nodes = String(await raw(source.port, "CLUSTER", "NODES")).trim().split("\n").map((l) => l.split(" "));
+    const target = nodes.find((f) => f[2].includes("master") && f[0] !== source.id);
+    const targetPort = Number(target[1].split(":")[1].split("@")[0]);
+    const slot = await raw(source.port, "CLUSTER", "KEYSLOT", key);
+    assert.equal(await raw(targetPort, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.id), "OK");
+    assert.equal(await raw(source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", target[0]), "OK");
+    assert.equal(await raw(source.port, "MIGRATE", "127.0.0.1", targetPort, key, 0, 5000), "OK");
+    // The source now answers ASK for the key: past one ttl, held only if renewals followed it.
+    await sleep(1700);
+    assert.equal(g.held, true, String(g.lost));
+    for (const port of [targetPort, source.port]) await raw(port, "CLUSTER", "SETSLOT", slot, "NODE", target[0]);
+    for (const n of cluster.nodes) await raw(n.port, "CLUSTER", "SETSLOT", slot, "NODE", target[0]).catch(() => undefined);
+    await sleep(1700); // and now MOVED
+    assert.equal(g.held, true, String(g.lost));
+    assert.ok(JSON.stringify(await raw(targetPort, "RWLOCK.INFO", key)).includes(g.owner));
     assert.equal(await g.release(), true);
   });
 });

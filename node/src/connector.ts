@@ -143,6 +143,8 @@ export class Connector {
   /** Dedicated connections with a request in flight, per address. */
   private readonly waiting = new Map<string, Set<Redis>>();
   private readonly watchers: Redis[] = [];
+  /** The route of a client that is not a cluster (made once). */
+  private single: Route | undefined;
   private closed = false;
 
   constructor(
@@ -170,6 +172,7 @@ export class Connector {
     const all = [...this.open, ...this.watchers];
     this.open.clear();
     this.watchers.length = 0;
+    this.single = undefined;
     this.waiting.clear();
     this.shared.clear();
     this.idle.clear();
@@ -236,10 +239,13 @@ export class Connector {
   private async route(key: Call["route"], ask: string | null): Promise<Route> {
     const c = this.client;
     if (!isCluster(c)) {
-      const o = c.options;
-      if (o.sentinels) this.watchSentinels(o, `sentinel master ${o.name ?? "mymaster"}`);
-      const address = o.sentinels ? `sentinel master ${o.name ?? "mymaster"}` : o.path ? o.path : `${o.host ?? "localhost"}:${o.port ?? 6379}`;
-      return { address, options: this.tuned(o) };
+      if (this.single === undefined) {
+        const o = c.options;
+        const address = o.sentinels ? `sentinel master ${o.name ?? "mymaster"}` : o.path ? o.path : `${o.host ?? "localhost"}:${o.port ?? 6379}`;
+        if (o.sentinels) this.watchSentinels(o, address);
+        this.single = { address, options: this.tuned(o) };
+      }
+      return this.single;
     }
     let node = ask;
     if (node === null) {

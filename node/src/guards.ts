@@ -5,6 +5,8 @@ import { LeaseLost, describeReason, type LossReason } from "./errors.js";
 import * as protocol from "./protocol.js";
 import type { Spec } from "./spec.js";
 
+const STOPPED = new Error("the guard stopped renewing");
+
 /** What the watchdog, the timers and the guard share: never the guard itself, so a guard
  * dropped unreleased can be collected (and is then released by the finalizer). */
 class LeaseState {
@@ -71,7 +73,8 @@ class LeaseState {
   stop(): void {
     clearTimeout(this.expiry);
     clearTimeout(this.maxHoldTimer);
-    this.stopController.abort();
+    // A reason of our own: abort() without one makes a DOMException, on every release.
+    this.stopController.abort(STOPPED);
   }
 
   expireIfDue(): void {

@@ -279,6 +279,28 @@ export class Connector {
     ).catch(() => undefined);
   }
 
+  /**
+   * A subscriber to `key`'s keyspace channel, on the server (cluster node) that holds the key:
+   * a connection of its own that reconnects and resubscribes by itself, its socket never
+   * keeping the process alive. Answers it with the channel.
+   */
+  async subscriber(key: Call["route"]): Promise<{ conn: Redis; channel: string; address: string }> {
+    const r = await this.route(key, null);
+    const conn = new Redis({
+      ...r.options,
+      lazyConnect: true,
+      autoResubscribe: true,
+      enableOfflineQueue: true,
+      maxRetriesPerRequest: null,
+      retryStrategy: (n: number) => Math.min(50 * n, 1000),
+      stringNumbers: false,
+    });
+    conn.on("error", () => undefined);
+    conn.on("ready", () => (conn.stream as { unref?: () => void } | undefined)?.unref?.());
+    const db = r.options.db ?? 0;
+    return { conn, channel: `__keyspace@${db}__:${key.toString()}`, address: r.address };
+  }
+
   private fresh(r: Route): Redis {
     const conn = new Redis(r.options);
     // Reported through the calls that fail; kept because ioredis rejects a failed connect with

@@ -5,6 +5,7 @@
 
 export { RwLock, type LockOptions, type WaitOptions } from "./lock.js";
 export { LeaderElector, type ElectorOptions } from "./leader.js";
+export { LeaderObserver, type ObserverOptions } from "./observer.js";
 export { Semaphore, type SemaphoreOptions, type AcquireOptions } from "./semaphore.js";
 export { Guard, LockGuard, Leadership, Permit, type GuardOptions } from "./guards.js";
 export { Connector, type Client } from "./connector.js";

@@ -4,6 +4,7 @@ import { Connector, type Client } from "./connector.js";
 import { NotAcquired } from "./errors.js";
 import { acquire, Leadership, type GuardOptions } from "./guards.js";
 import { defined, type WaitOptions } from "./lock.js";
+import { LeaderObserver, type ObserverOptions } from "./observer.js";
 import * as protocol from "./protocol.js";
 import * as replies from "./replies.js";
 import { checkTimeout, Spec, type LeaseOptions } from "./spec.js";
@@ -55,5 +56,10 @@ export class LeaderElector {
   async current(): Promise<replies.LeaderInfo | null> {
     const c = protocol.call(["LEADER.CURRENT", this.key], this.key, this.spec.commandTimeout);
     return replies.leaderInfo(await this.connector.run(protocol.queryRetry(c, null, this.spec.retry)));
+  }
+
+  /** A {@link LeaderObserver} of this election: who leads, and each change, without polling. */
+  observe(options: ObserverOptions = {}): Promise<LeaderObserver> {
+    return LeaderObserver.start(this.connector, this.key, { commandTimeout: this.spec.commandTimeout, ...defined(options) });
   }
 }

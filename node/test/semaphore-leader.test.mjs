@@ -76,3 +76,29 @@ describe("LeaderElector", () => {
     await b.resign();
   });
 });
+
+describe("LeaderObserver", () => {
+  test("follows elections, resignations and lapses without polling", async () => {
+    const el = new LeaderElector(redis, "e:observed", { ttl: 400 });
+    const obs = await el.observe();
+    try {
+      assert.equal(obs.current, null);
+      const a = await el.campaign();
+      const seen = await obs.nextChange(3000);
+      assert.equal(seen.term, a.term);
+      assert.equal(seen.candidate, a.owner);
+      await a.resign();
+      assert.equal(await obs.nextChange(3000), null);
+      const b = await el.campaign();
+      assert.equal((await obs.nextChange(3000)).term, b.term);
+      b.abandon(); // its lease lapses: the server's timer announces it
+      const t0 = performance.now();
+      assert.equal(await obs.nextChange(3000), null);
+      assert.ok(performance.now() - t0 < 2000);
+      await assert.rejects(obs.nextChange(200), (e) => e.name === "TimeoutError");
+    } finally {
+      await obs.close();
+    }
+    assert.match(String(await redis.config("GET", "notify-keyspace-events")), /K/);
+  });
+});

@@ -319,6 +319,9 @@ export class Connector {
     } catch (e) {
       conn.disconnect();
       e = lastError.get(conn) ?? e;
+      // The server refused the handshake (WRONGPASS, NOPERM on SELECT, ...): asking again
+      // cannot fix it.
+      if (isReplyError(e)) throw e;
       throw connectionError(r.address, e instanceof Timeout ? Object.assign(new Error(e.message), { code: "ETIMEDOUT" }) : e, false);
     }
   }
@@ -418,6 +421,7 @@ export class Connector {
     try {
       conn = dedicated ? await this.dedicatedFor(route, call.limit) : await this.sharedFor(route, call.limit);
     } catch (e) {
+      if (isReplyError(e)) return new Failed(e, false, route.address);
       return new Failed(e instanceof ConnectionFailed ? e : connectionError(route.address, e, false), false, route.address);
     }
     const address = conn.stream?.remoteAddress !== undefined && this.isSentinel() ? `${route.address} (${conn.stream.remoteAddress}:${conn.stream.remotePort})` : route.address;
@@ -476,6 +480,10 @@ export class Connector {
       this.forget(route.address);
       const err = e instanceof Timeout ? Object.assign(new Error(e.message), { code: "ETIMEDOUT" }) : e;
       const stillUnsent = e instanceof Error && e.message.startsWith("Stream isn't writeable");
+      // ioredis closes a connection whose handshake the server refused (WRONGPASS, ...) and
+      // reports that only as an error event: that refusal is the answer.
+      const refusal = lastError.get(conn);
+      if (stillUnsent && isReplyError(refusal)) return new Failed(refusal, false, address);
       return new Failed(connectionError(address, err, !stillUnsent), !stillUnsent, address);
     } finally {
       busy(conn, -1);

@@ -84,6 +84,21 @@ describe("edges", () => {
     dead.disconnect();
   });
 
+  test("a wrong password fails at once with the server's refusal, not after retries", async () => {
+    const locked = await Server.start({ args: ["--requirepass", "right"] });
+    const r = new Redis({ port: locked.port, host: "127.0.0.1", password: "wrong", lazyConnect: true });
+    r.on("error", () => undefined);
+    try {
+      const t0 = performance.now();
+      const err = await new RwLock(r, "e:auth").tryWrite().catch((e) => e);
+      assert.match(String(err), /WRONGPASS|invalid password/i);
+      assert.ok(performance.now() - t0 < 1000);
+    } finally {
+      r.disconnect();
+      await locked.stop();
+    }
+  });
+
   test("a server without the module: ModuleNotLoaded says how to load it", async () => {
     const bare = await Server.start({ module: false });
     const r = new Redis({ port: bare.port, host: "127.0.0.1" });

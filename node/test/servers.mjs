@@ -165,7 +165,8 @@ export class Server {
         throw new Error(`redis-server exited; log:\n${this.log()}`);
       }
       try {
-        if ((await raw(this.port, "PING")) === "PONG") return;
+        const pong = await raw(this.port, "PING");
+        if (pong === "PONG" || (pong instanceof Error && pong.message.startsWith("NOAUTH"))) return;
       } catch {
         // not up yet
       }

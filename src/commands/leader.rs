@@ -17,7 +17,7 @@ pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = new_id(args, 2, "candidate")?;
     let ttl = ttl(args, 3)?;
     let o = options(ctx, args, 4, None)?;
-    acquire::<Election>(ctx, args, &candidate, o.wait, 0, |core, env, wait| {
+    acquire::<Election>(ctx, args, &candidate, o.wait, |core, env, wait| {
         let max = config::max_waiters();
         core.campaign_capped(&candidate, ttl, wait, max, o.max_hold, env)
     })

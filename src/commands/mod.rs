@@ -13,7 +13,7 @@ pub mod semaphore;
 use redis_lease_core::{Acquire, Changes, Effect, Env, Id, LockError, Wait};
 
 use crate::clock;
-use crate::commit::{commit, ensure_slot, run, Origin};
+use crate::commit::{decide, replay, Open, Origin};
 use crate::ffi::args::Args;
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
@@ -22,7 +22,7 @@ use crate::ffi::reply::{Reply, ReplyError};
 use crate::num::saturating_i64;
 use crate::parse::{self, Wait as WaitOpt};
 use crate::value::{Saved, Stored};
-use crate::{config, holdback, reopen, state, waiters, waitgraph};
+use crate::{config, holdback, state, waiters, waitgraph};
 
 pub type Outcome = Result<Reply, ReplyError>;
 
@@ -103,13 +103,14 @@ pub fn deadlock() -> ReplyError {
     "DEADLOCK this request would wait for an owner that waits for this owner".into()
 }
 
-/// Grants are decided by masters only: a replica that accepts writes (`replica-read-only no`)
-/// must not grant locks nobody else would see.
+/// Grants are decided, and fenced writes run, on masters only: a replica that accepts writes
+/// (`replica-read-only no`) must not grant locks nobody else would see, nor run LEASE.EXEC's
+/// write where its master never sees it.
 pub fn writable(ctx: &Ctx) -> Result<(), ReplyError> {
     if ctx.is_master() || ctx.replicated() {
         Ok(())
     } else {
-        Err("READONLY this server is a replica: locks are granted by the master".into())
+        Err("READONLY this server is a replica: locks are granted, and fenced writes run, by the master".into())
     }
 }
 
@@ -177,50 +178,37 @@ pub fn acquire<K: Saved>(
     args: &Args,
     owner: &Id,
     wait_ms: Option<u64>,
-    limit: u32,
     op: impl FnOnce(&mut K, &mut Env, Option<Wait>) -> (Changes, Result<Acquire, LockError>),
 ) -> Outcome
 where
     Stored<K>: Typed,
 {
     writable(ctx)?;
+    let wait = wait_ms.map(new_wait);
+    let key = open(ctx, args)?;
     let db = ctx.db();
     let name = args.bytes(1);
-    // Waiters parked while grants were held go first, if grants opened meanwhile.
-    reopen::release(ctx, db, name);
-    let wait = wait_ms.map(new_wait);
-    let mut key = open(ctx, args)?;
-    let (v, created) = key
-        .value_or_create::<Stored<K>>(Stored::default)
-        .map_err(|_| ReplyError::from(WRONGTYPE))?;
-    if created {
-        state::count_key(1);
-        if let Some(slot) = holdback::lobby_slot(db, name) {
-            // Grants are held on this name and its waiters wait in the lobby: this request
-            // queues behind them there (see `commit::settle`).
-            v.slot = slot;
-            v.core.lock_mut().restore_limit(limit);
-        }
-    }
-    ensure_slot(v, db, name);
-    let before = v.core.lock().holder_count();
-    let (mut changes, mut result) = run(v, (db, name), |core, env| op(core, env, wait));
-    if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
-        let place = (db, Box::<[u8]>::from(name));
-        let open = [(place, K::KIND, v.core.lock())];
-        if waitgraph::deadlocks(ctx, owner, w.id, &open, clock::now().0) {
-            let (c, _) = run(v, (db, name), |core, env| core.cancel(w.id, env));
-            changes.append(c);
-            result = Err(LockError::Deadlock);
-        } else {
-            waiters::park(ctx, w.id, owner, v.slot, Vec::new());
-        }
-    }
     let origin = Origin::Here {
         owner: self::owner(args, owner),
         own: false,
     };
-    commit::<K>(key, before, changes, origin);
+    let result = decide::<K, _>(key, Open::Create, origin, |v, env| {
+        let (mut changes, mut result) = op(&mut v.core, env, wait);
+        if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
+            // About to wait: refused if the wait would close a cycle of waits.
+            let place = (db, Box::<[u8]>::from(name));
+            let open = [(place, K::KIND, v.core.lock())];
+            if waitgraph::deadlocks(ctx, owner, w.id, &open, env.now) {
+                changes.append(v.core.cancel(w.id, env).0);
+                result = Err(LockError::Deadlock);
+            } else {
+                waiters::park(ctx, w.id, owner, v.slot, Vec::new());
+            }
+        }
+        (changes, result)
+    })
+    .map_err(|_| ReplyError::from(WRONGTYPE))?
+    .ok_or(ReplyError::from("ERR could not open the key"))?;
     multi::drain(ctx);
     match result {
         Ok(Acquire::Granted(t)) => Ok(token(t)),
@@ -245,21 +233,13 @@ where
     Stored<K>: Typed,
 {
     writable(ctx)?;
-    let db = ctx.db();
-    let name = args.bytes(1);
-    let mut key = open(ctx, args)?;
-    let v = match key.value::<Stored<K>>() {
-        Ok(Some(v)) => v,
-        Ok(None) => return Ok(missing),
-        Err(_) => return Err(WRONGTYPE.into()),
-    };
-    ensure_slot(v, db, name);
-    let before = v.core.lock().holder_count();
-    let (changes, out) = run(v, (db, name), op);
+    let key = open(ctx, args)?;
     let owner = self::owner(args, owner);
-    commit::<K>(key, before, changes, Origin::Here { owner, own });
+    let origin = Origin::Here { owner, own };
+    let out = decide::<K, _>(key, Open::Existing, origin, |v, env| op(&mut v.core, env))
+        .map_err(|_| ReplyError::from(WRONGTYPE))?;
     multi::drain(ctx);
-    Ok(out)
+    Ok(out.unwrap_or(missing))
 }
 
 /// A give-back that a master replicated as it came (it was all it did there): applied here as
@@ -268,24 +248,22 @@ pub fn replay_own<K: Saved>(ctx: &Ctx, args: &Args, effect: Effect) -> Result<bo
 where
     Stored<K>: Typed,
 {
-    let mut key = open(ctx, args)?;
-    let v = match key.value::<Stored<K>>() {
-        Ok(Some(v)) => v,
-        Ok(None) => return Ok(false),
-        Err(_) => return Err(WRONGTYPE.into()),
+    let key = open(ctx, args)?;
+    let held = replay::<K, _>(key, Open::Existing, |core, tokens| {
+        let held = effect
+            .owner()
+            .is_some_and(|o| core.lock().holders().any(|h| h.owner == o));
+        core.lock_mut().apply(&effect, tokens);
+        let changes = Changes {
+            effects: smallvec::smallvec![effect],
+            ..Changes::default()
+        };
+        (changes, held)
+    })
+    .map_err(|_| ReplyError::from(WRONGTYPE))?;
+    let Some(held) = held else {
+        return Ok(false);
     };
-    ensure_slot(v, ctx.db(), args.bytes(1));
-    let before = v.core.lock().holder_count();
-    let held = effect
-        .owner()
-        .is_some_and(|o| v.core.lock().holders().any(|h| h.owner == o));
-    let mut tokens = state::with(|s| s.tokens);
-    v.core.lock_mut().apply(&effect, &mut tokens);
-    let changes = Changes {
-        effects: smallvec::smallvec![effect],
-        ..Changes::default()
-    };
-    commit::<K>(key, before, changes, Origin::Replayed);
     // This server's own AOF and replicas get it as it came.
     crate::ffi::replicate::verbatim(ctx);
     Ok(held)

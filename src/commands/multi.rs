@@ -1,19 +1,21 @@
 //! `RWLOCK.MLOCK`, `RWLOCK.MUNLOCK`, `RWLOCK.MRENEW`: several keys at once, all or nothing
 //! (the rules are the core's `multi`), and the grants of parked multi-key requests ([`drain`]).
 
+use redis_lease_core::multi::Ready;
 use redis_lease_core::multi::{grant_ready, mlock as core_mlock, mrenew as core_mrenew};
-use redis_lease_core::multi::{munlock as core_munlock, MultiAcquire, MultiRequest, Ready};
-use redis_lease_core::{Id, Mode, Wait};
+use redis_lease_core::multi::{munlock as core_munlock, MultiAcquire, MultiError, MultiRequest};
+use redis_lease_core::{Changes, Env, Id, Kind, LockError, Mode, RwLock, Wait};
 
 use super::{deadlock, held_id, new_id, new_wait, opts, refused, token, ttl, writable, Outcome};
-use crate::commit::Origin;
+use crate::commit::{decide_many, Open, Origin};
 use crate::ffi::args::Args;
 use crate::ffi::ctx::Ctx;
+use crate::ffi::key::{Access, Key, WRONGTYPE};
 use crate::ffi::replicate::Owner;
 use crate::ffi::reply::{Reply, ReplyError};
 use crate::ffi::string::{RStr, RString};
 use crate::registry::Group;
-use crate::{clock, config, many, parse, reopen, slot, state, waiters, waitgraph};
+use crate::{config, parse, slot, state, waiters, waitgraph};
 
 /// The keys (`numkeys` at argument 1, the keys after it, each once) and the position of the
 /// first argument after them. `after`: how many fixed arguments must follow the keys.
@@ -48,6 +50,17 @@ fn origin<'a>(args: &Args<'a>, i: usize, id: &'a Id) -> Origin<'a> {
     }
 }
 
+/// Opens every key for writing (in the selected db).
+fn open_all<'a>(ctx: &'a Ctx, names: &[RStr<'a>]) -> Result<Vec<Key<'a>>, ReplyError> {
+    names
+        .iter()
+        .map(|n| {
+            Key::open(ctx, *n, Access::Write)
+                .ok_or_else(|| ReplyError::from("ERR could not open the key"))
+        })
+        .collect()
+}
+
 /// `RWLOCK.MLOCK numkeys key [key ...] owner ttl [READ] [WAIT ms] [MAXHOLD ms]`: an array of
 /// tokens (one per key, in order) or nil.
 pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
@@ -59,12 +72,7 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
     let o = opts(ctx, o);
     let mode = if read { Mode::Read } else { Mode::Write };
     let db = ctx.db();
-    for n in &names {
-        // Waiters parked while grants were held go first, if grants opened meanwhile.
-        reopen::release(ctx, db, n.bytes());
-    }
     let wait = o.wait.map(new_wait);
-    let mut keys = many::open(ctx, &names, true)?;
     let req = MultiRequest {
         owner: &owner,
         mode,
@@ -73,48 +81,53 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
         max_waiters: config::max_waiters(),
         max_hold: o.max_hold,
     };
-    let (mut changes, mut result) = keys.run(|locks, env| core_mlock(locks, &req, env));
-    if let (Ok(MultiAcquire::Queued), Some(w)) = (&result, wait) {
-        let places: Vec<(i32, Box<[u8]>)> =
-            names.iter().map(|n| (db, Box::from(n.bytes()))).collect();
-        let locks = keys.locks();
-        let open: Vec<_> = places
-            .iter()
-            .zip(&locks)
-            .filter_map(|(p, v)| v.map(|v| (p.clone(), redis_lease_core::Kind::RwLock, &v.core.0)))
-            .collect();
-        let cycle = waitgraph::deadlocks(ctx, &owner, w.id, &open, clock::now().0);
-        drop(open);
-        drop(locks);
-        if cycle {
-            let (more, ()) = keys.run(|locks, env| {
-                let c = locks.iter_mut().map(|l| l.cancel(w.id, env).0).collect();
-                (c, ())
-            });
-            for (c, m) in changes.iter_mut().zip(more) {
-                c.append(m);
-            }
-            result = Err(redis_lease_core::multi::MultiError {
-                key: 0,
-                error: redis_lease_core::LockError::Deadlock,
-            });
-        } else {
-            let slots: Vec<_> = keys.slots();
-            let (first, more) = (slots[0], slots[1..].to_vec());
-            waiters::park(ctx, w.id, &owner, first, more);
-            let g = Group {
-                db,
-                names: names.iter().map(|n| Box::from(n.bytes())).collect(),
-                owner: owner.clone(),
-                mode,
-                ttl,
-                max_hold: o.max_hold,
-                until: w.until,
+    let places: Vec<(i32, Box<[u8]>)> = names.iter().map(|n| (db, Box::from(n.bytes()))).collect();
+    let keys = open_all(ctx, &names)?;
+    let result = decide_many(
+        keys,
+        Open::Create,
+        origin(args, at, &owner),
+        |values, env| {
+            let (mut changes, mut result) = {
+                let mut locks: Vec<&mut RwLock> = values.iter_mut().map(|v| &mut v.core).collect();
+                core_mlock(&mut locks, &req, env)
             };
-            state::with(move |s| s.waiters.add_group(w.id, g));
-        }
-    }
-    keys.commit(changes, origin(args, at, &owner));
+            if let (Ok(MultiAcquire::Queued), Some(w)) = (&result, wait) {
+                let open: Vec<_> = places
+                    .iter()
+                    .zip(values.iter())
+                    .map(|(p, v)| (p.clone(), Kind::RwLock, &v.core.0))
+                    .collect();
+                let cycle = waitgraph::deadlocks(ctx, &owner, w.id, &open, env.now);
+                drop(open);
+                if cycle {
+                    for (v, c) in values.iter_mut().zip(changes.iter_mut()) {
+                        c.append(v.core.cancel(w.id, env).0);
+                    }
+                    result = Err(MultiError {
+                        key: 0,
+                        error: LockError::Deadlock,
+                    });
+                } else {
+                    let first = values[0].slot;
+                    let more: Vec<_> = values[1..].iter().map(|v| v.slot).collect();
+                    waiters::park(ctx, w.id, &owner, first, more);
+                    let g = Group {
+                        db,
+                        names: places.iter().map(|(_, n)| n.clone()).collect(),
+                        owner: owner.clone(),
+                        mode,
+                        ttl,
+                        max_hold: o.max_hold,
+                        until: w.until,
+                    };
+                    state::with(move |s| s.waiters.add_group(w.id, g));
+                }
+            }
+            (changes, result)
+        },
+    )
+    .map_err(|_| ReplyError::from(WRONGTYPE))?;
     drain(ctx);
     match result {
         Ok(MultiAcquire::Granted(tokens)) => {
@@ -126,12 +139,36 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
         }
         Ok(MultiAcquire::Busy) => Ok(Reply::Nil),
         Ok(MultiAcquire::Queued) => Ok(Reply::Parked),
-        Err(e) if e.error == redis_lease_core::LockError::Deadlock => Err(deadlock()),
+        Err(e) if e.error == LockError::Deadlock => Err(deadlock()),
         Err(e) => {
             let ReplyError(text) = refused(e.error);
             Err(format!("{text} (key {})", e.key + 1).into())
         }
     }
+}
+
+/// Runs a multi-key change of `owner`'s holds on the existing keys.
+fn change_all<T>(
+    ctx: &Ctx,
+    args: &Args,
+    names: &[RStr],
+    at: usize,
+    owner: &Id,
+    op: impl FnOnce(&mut [&mut RwLock], &mut Env) -> (Vec<Changes>, T),
+) -> Result<T, ReplyError> {
+    let keys = open_all(ctx, names)?;
+    let out = decide_many(
+        keys,
+        Open::Existing,
+        origin(args, at, owner),
+        |values, env| {
+            let mut locks: Vec<&mut RwLock> = values.iter_mut().map(|v| &mut v.core).collect();
+            op(&mut locks, env)
+        },
+    )
+    .map_err(|_| ReplyError::from(WRONGTYPE))?;
+    drain(ctx);
+    Ok(out)
 }
 
 /// `RWLOCK.MUNLOCK numkeys key [key ...] owner`: how many keys had a hold of owner released.
@@ -142,10 +179,9 @@ pub fn munlock(ctx: &Ctx, args: &Args) -> Outcome {
         return Err("ERR wrong number of arguments for 'rwlock.munlock' command".into());
     }
     let owner = held_id(args, at, "owner")?;
-    let mut keys = many::open(ctx, &names, false)?;
-    let (changes, n) = keys.run(|locks, env| core_munlock(locks, &owner, env));
-    keys.commit(changes, origin(args, at, &owner));
-    drain(ctx);
+    let n = change_all(ctx, args, &names, at, &owner, |locks, env| {
+        core_munlock(locks, &owner, env)
+    })?;
     Ok(Reply::Int(n as i64))
 }
 
@@ -159,10 +195,9 @@ pub fn mrenew(ctx: &Ctx, args: &Args) -> Outcome {
     }
     let owner = held_id(args, at, "owner")?;
     let ttl = ttl(args, at + 1)?;
-    let mut keys = many::open(ctx, &names, false)?;
-    let (changes, n) = keys.run(|locks, env| core_mrenew(locks, &owner, ttl, env));
-    keys.commit(changes, origin(args, at, &owner));
-    drain(ctx);
+    let n = change_all(ctx, args, &names, at, &owner, |locks, env| {
+        core_mrenew(locks, &owner, ttl, env)
+    })?;
     Ok(Reply::Int(n.map_err(refused)? as i64))
 }
 
@@ -201,7 +236,7 @@ fn try_grant(ctx: &Ctx, id: u64, g: &Group) {
     }
     let names: Vec<RString> = g.names.iter().map(|n| RString::from_bytes(n)).collect();
     let rnames: Vec<RStr> = names.iter().map(|n| n.as_str()).collect();
-    let Ok(mut keys) = many::open(ctx, &rnames, false) else {
+    let Ok(keys) = open_all(ctx, &rnames) else {
         return;
     };
     let req = MultiRequest {
@@ -212,20 +247,22 @@ fn try_grant(ctx: &Ctx, id: u64, g: &Group) {
         max_waiters: usize::MAX,
         max_hold: g.max_hold,
     };
-    let (changes, ready) = keys.run(|locks, env| grant_ready(locks, &req, env));
     let origin = Origin::Here {
         owner: None,
         own: false,
     };
-    keys.commit(changes, origin);
+    let ready = decide_many(keys, Open::Existing, origin, |values, env| {
+        let mut locks: Vec<&mut RwLock> = values.iter_mut().map(|v| &mut v.core).collect();
+        grant_ready(&mut locks, &req, env)
+    });
     match ready {
-        Ready::NotYet => {}
-        Ready::Granted(tokens) => {
+        Ok(Ready::Granted(tokens)) => {
             waiters::answer(id, waiters::Answer::Tokens(tokens));
         }
-        Ready::Refused(e) => {
+        Ok(Ready::Refused(e)) => {
             let text = refused(e).0.into_owned();
             waiters::answer(id, waiters::Answer::Refused(text));
         }
+        Ok(Ready::NotYet) | Err(_) => {}
     }
 }

@@ -19,7 +19,7 @@ pub fn acquire_cmd(ctx: &Ctx, args: &Args) -> Outcome {
     let limit = parse::limit(args.bytes(3)).map_err(ReplyError::from)?;
     let ttl = ttl(args, 4)?;
     let o = options(ctx, args, 5, Some(limit))?;
-    acquire::<Semaphore>(ctx, args, &owner, o.wait, limit, |core, env, wait| {
+    acquire::<Semaphore>(ctx, args, &owner, o.wait, |core, env, wait| {
         let req = Permits {
             owner: &owner,
             limit,

@@ -17,6 +17,7 @@ from .errors import (
     LeaseLost,
     LockGone,
     LossReason,
+    MaxHold,
     NotAcquired,
     ProtocolError,
     Unavailable,
@@ -24,6 +25,7 @@ from .errors import (
 from .guards import Guard, Leadership, LockGuard, SemaphoreGuard
 from .leader import LeaderElector, LeaderObserver, current_leader
 from .lock import RwLock
+from .multi import MultiGuard, MultiLock
 from .replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
 from .retry import RetryPolicy
 from .semaphore import Semaphore
@@ -48,6 +50,9 @@ __all__ = [
     "LockGuard",
     "LockInfo",
     "LossReason",
+    "MaxHold",
+    "MultiGuard",
+    "MultiLock",
     "NotAcquired",
     "ProtocolError",
     "RetryPolicy",

@@ -574,3 +574,62 @@ fn random_key_sets_never_hold_partially_or_wait_in_a_cycle() {
     let mut c = sock(&s);
     assert_eq!(c.cmd(&["DBSIZE"]).int(), 0);
 }
+
+/// A replica sees every key of an MLOCK grant, with its tokens and caps, and a parked
+/// request's grant at hand-off; and refuses the multi-key commands itself.
+#[test]
+fn replicas_see_multi_key_grants_and_caps() {
+    let master = Server::start();
+    let replica = start_replica(&master);
+    let mut m = sock(&master);
+    let t = tokens(&m.cmd(&[
+        "RWLOCK.MLOCK",
+        "2",
+        "ra",
+        "rb",
+        "o",
+        LONG,
+        "MAXHOLD",
+        "90000",
+    ]));
+    m.cmd(&["RWLOCK.WLOCK", "rc", "x", LONG]);
+    let mut w = sock(&master);
+    w.send(&[
+        b"RWLOCK.MLOCK",
+        b"2",
+        b"rc",
+        b"rd",
+        b"p",
+        b"60000",
+        b"WAIT",
+        b"20000",
+    ]);
+    parked(&mut w);
+    m.cmd(&["RWLOCK.UNLOCK", "rc", "x"]);
+    let t2 = tokens(&w.reply("MLOCK rc rd"));
+    sync(&master, &replica);
+    let mut r = sock(&replica);
+    for (k, tk, owner) in [
+        ("ra", t[0], "o"),
+        ("rb", t[1], "o"),
+        ("rc", t2[0], "p"),
+        ("rd", t2[1], "p"),
+    ] {
+        let info = r.cmd(&["RWLOCK.INFO", k]);
+        let h = &info.get("holders").unwrap().array()[0];
+        assert_eq!(
+            h.get("owner").unwrap().bytes(),
+            owner.as_bytes(),
+            "{k}: {info:?}"
+        );
+        assert_eq!(h.get("token").unwrap().int(), tk, "{k}");
+        let cap = h.get("cap").unwrap().int();
+        if owner == "o" {
+            assert!(cap > 60_000, "{k}: the cap replicated: {cap}");
+        } else {
+            assert_eq!(cap, -1, "{k}");
+        }
+    }
+    let e = r.cmd(&["RWLOCK.MLOCK", "1", "re", "o", LONG]);
+    assert!(e.err().starts_with("READONLY"), "{e:?}");
+}

@@ -23,30 +23,20 @@ struct Server<'a> {
 impl Graph for Server<'_> {
     type Key = Place;
 
-    fn waits(&self, owner: &Id) -> Vec<(Place, u64)> {
-        let recs = state::with({
-            let owner = owner.clone();
-            move |s| {
-                let ids = s.waiters.ids_of_owner(&owner).to_vec();
-                ids.into_iter()
-                    .filter_map(|id| {
-                        let r = s.waiters.get(id)?;
-                        let mut slots = vec![r.slot];
-                        slots.extend(r.more.iter().copied());
-                        Some((id, slots))
-                    })
-                    .collect::<Vec<_>>()
-            }
+    fn waits(&self, owner: &Id) -> Vec<u64> {
+        let owner = owner.clone();
+        state::with(move |s| s.waiters.ids_of_owner(&owner).to_vec())
+    }
+
+    fn keys_of(&self, id: u64) -> Vec<Place> {
+        let slots = state::with(move |s| {
+            s.waiters.get(id).map_or_else(Vec::new, |r| {
+                let mut v = vec![r.slot];
+                v.extend(r.more.iter().copied());
+                v
+            })
         });
-        let mut out = Vec::new();
-        for (id, slots) in recs {
-            for slot in slots {
-                if let Some(place) = schedule::place(slot) {
-                    out.push((place, id));
-                }
-            }
-        }
-        out
+        slots.into_iter().filter_map(schedule::place).collect()
     }
 
     fn with_lock(&self, key: &Place, f: &mut dyn FnMut(Kind, &Lock)) -> bool {
@@ -84,6 +74,6 @@ impl Graph for Server<'_> {
 /// still open), closes a cycle of waits.
 pub fn deadlocks(ctx: &Ctx, owner: &Id, id: u64, open: &[(Place, Kind, &Lock)], now: u64) -> bool {
     let g = Server { ctx, open };
-    let waits: Vec<(Place, u64)> = open.iter().map(|(p, _, _)| (p.clone(), id)).collect();
-    closes_cycle(&g, owner, &waits, now)
+    let keys: Vec<Place> = open.iter().map(|(p, _, _)| p.clone()).collect();
+    closes_cycle(&g, owner, id, &keys, now)
 }

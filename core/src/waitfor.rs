@@ -1,18 +1,21 @@
 //! Deadlocks found by the server: the wait-for graph between owners, across every key of
 //! every kind in every db, walked only when a request is about to wait.
 //!
-//! Owner O waits for owner P when one of O's parked requests cannot be granted while P stays
-//! as it is: P holds the key in a way that excludes O's request (a writer, for a reader;
-//! any other holder, for a writer; for a semaphore, a holder whose permits alone leave no
-//! room), or P has a request queued ahead of O's on that key (queues are strictly FIFO, so O
-//! is not served before it). Each such edge is a wait that only P can end, so a cycle back
-//! to O is a real deadlock: no false positives. (A semaphore holder whose permits alone
-//! would leave room is no edge: another holder's release could serve O.)
+//! A parked request waits for each holder (an owner) that excludes it (a writer, for a
+//! reader; any other holder, for a writer; for a semaphore, a holder whose permits alone leave
+//! no room) and for each request queued ahead of it on its key (queues are strictly FIFO, so
+//! it is not served before them). An owner waits while any of its requests waits: it cannot
+//! release meanwhile. Each edge is a wait only its end can end, so a path from a new request
+//! back to its owner (or to itself) is a real deadlock: no false positives. Requests, not
+//! owners, are the nodes of queue edges: an owner's request ahead of another's waits only for
+//! what that request waits for. (A semaphore holder whose permits alone would leave room is
+//! no edge: another holder's release could serve the request.)
 //!
-//! The walk looks at each key's holders and queue prefix once, however many of the owners it
-//! visits wait there, so it costs about the number of holders and waiters it reaches.
+//! The walk folds single-key requests queued ahead into one pass over each key's queue (they
+//! wait for nothing else), so a walk costs about the holders and waiters of the keys it
+//! reaches, and gives up, refusing nothing, past [`MAX_NODES`] nodes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::Hash;
 
 use crate::id::Id;
@@ -25,8 +28,11 @@ pub trait Graph {
     /// A key, across dbs.
     type Key: Clone + Eq + Hash;
 
-    /// Every parked request of `owner`: its key and waiter id.
-    fn waits(&self, owner: &Id) -> Vec<(Self::Key, u64)>;
+    /// The waiter ids of every parked request of `owner`.
+    fn waits(&self, owner: &Id) -> Vec<u64>;
+
+    /// The keys request `id` waits on (several for a multi-key request).
+    fn keys_of(&self, id: u64) -> Vec<Self::Key>;
 
     /// Calls `f` with the key's kind and state; false if there is no such key.
     fn with_lock(&self, key: &Self::Key, f: &mut dyn FnMut(Kind, &Lock)) -> bool;
@@ -35,13 +41,19 @@ pub trait Graph {
     fn alive(&self, id: u64) -> bool;
 }
 
-/// How much of one key the walk has seen: the queue up to a waiter id (`None`: not even
-/// the upgrade slot), and the holders for requests up to a need (see [`need`]).
-#[derive(Default)]
-struct Seen {
-    queue: Option<u64>,
-    need: u32,
+/// What one node of the graph waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Node {
+    /// An owner: it waits while any of its requests waits (it cannot release meanwhile).
+    Owner(Id),
+    /// One parked request (on each of its keys): it waits for the holders that exclude it and
+    /// for every request queued ahead of it there.
+    Request(u64),
 }
+
+/// The most nodes one walk looks at: past it the walk gives up and refuses nothing (no false
+/// positive; a deadlock in a graph that large is left to the waits' own deadlines).
+pub const MAX_NODES: usize = 10_000;
 
 /// How much a waiter needs of a key, ordered so that a larger need is excluded by every
 /// holder a smaller one is: a read request 1, a write request `u32::MAX`, a semaphore request
@@ -54,7 +66,7 @@ fn need(kind: Kind, w: &Waiter) -> u32 {
     }
 }
 
-/// Whether holder `h` alone keeps a request of `need` from being granted.
+/// Whether a holder (with these counts) alone keeps a request of `need` from being granted.
 fn excludes(kind: Kind, lock: &Lock, reads: u32, writes: u32, need: u32) -> bool {
     match kind {
         Kind::Semaphore => u64::from(reads) + u64::from(need) > u64::from(lock.limit()),
@@ -62,80 +74,124 @@ fn excludes(kind: Kind, lock: &Lock, reads: u32, writes: u32, need: u32) -> bool
     }
 }
 
-/// The owners that waiter `id` of `lock` waits for, beyond what `memo` covers (updated).
-/// No memo for the requester's own waits: the self edges they skip must not hide the
-/// requester from later visitors.
-fn blockers(
-    (kind, lock): (Kind, &Lock),
-    id: u64,
-    now: Ms,
-    alive: &dyn Fn(u64) -> bool,
-    memo: Option<&mut Seen>,
-    out: &mut Vec<Id>,
-) {
-    let mut fresh = Seen::default();
-    let memo_on = memo.is_some();
-    let seen = memo.unwrap_or(&mut fresh);
-    let Some(q) = lock.queue.as_ref() else { return };
-    let Some(w) = q.get(id) else { return };
-    let need = need(kind, w);
-    if need > seen.need {
-        for h in lock.live_holders(now) {
-            let (r, wr) = (h.hold.reads, h.hold.writes);
-            if *h.owner != w.owner && excludes(kind, lock, r, wr, need) {
-                out.push(h.owner.clone());
+/// The two largest needs of distinct owners (so that for any holder, the largest need of an
+/// owner other than the holder is known).
+#[derive(Default)]
+struct TopTwo<'a> {
+    first: Option<(u32, &'a Id)>,
+    second: Option<(u32, &'a Id)>,
+}
+
+impl<'a> TopTwo<'a> {
+    fn add(&mut self, need: u32, owner: &'a Id) {
+        match self.first {
+            Some((n, o)) if o == owner => {
+                self.first = Some((n.max(need), o));
             }
-        }
-        if memo_on {
-            seen.need = need;
+            Some((n, _)) if need > n => {
+                self.second = self.first;
+                self.first = Some((need, owner));
+            }
+            None => self.first = Some((need, owner)),
+            _ => match self.second {
+                Some((n, o)) if o == owner || need <= n => {
+                    if o == owner {
+                        self.second = Some((n.max(need), o));
+                    }
+                }
+                _ => self.second = Some((need, owner)),
+            },
         }
     }
-    for a in q.ahead_of(id, seen.queue) {
-        if a.owner != w.owner && alive(a.id) {
-            out.push(a.owner.clone());
+
+    /// The largest need of an owner other than `holder`.
+    fn besides(&self, holder: &Id) -> Option<u32> {
+        match (self.first, self.second) {
+            (Some((n, o)), _) if o != holder => Some(n),
+            (_, Some((n, _))) => Some(n),
+            _ => None,
         }
-    }
-    if memo_on && q.upgrade().is_none_or(|u| u.id != id) {
-        // Everything served before `id` has been seen now.
-        let upto = id.saturating_sub(1);
-        seen.queue = Some(seen.queue.map_or(upto, |q| q.max(upto)));
     }
 }
 
-/// Whether the parked requests `waits` of `owner` (just queued) close a cycle in the
-/// wait-for graph: some owner they wait for waits, directly or through others, for `owner`.
-pub fn closes_cycle<G: Graph>(g: &G, owner: &Id, waits: &[(G::Key, u64)], now: Ms) -> bool {
-    let alive = |id: u64| g.alive(id);
-    let mut seen: HashMap<G::Key, Seen> = HashMap::new();
-    let mut visited: HashSet<Id> = HashSet::new();
-    visited.insert(owner.clone());
-    let mut stack: Vec<Id> = Vec::new();
-    let mut found = Vec::new();
-    for (key, id) in waits {
-        g.with_lock(key, &mut |kind, lock| {
-            blockers((kind, lock), *id, now, &alive, None, &mut found)
-        });
-    }
-    for o in found.drain(..) {
-        if visited.insert(o.clone()) {
-            stack.push(o);
+/// The nodes that request `id` of `lock` waits for on this key. A request queued ahead of it
+/// that waits on this key alone waits only for this key's holders and for what is ahead of
+/// it, so its need is folded into the holder check instead of walking it (a key with many
+/// waiters costs one pass); a multi-key request ahead is a node of its own.
+fn blockers(
+    (kind, lock): (Kind, &Lock),
+    id: u64,
+    start: u64,
+    now: Ms,
+    alive: &dyn Fn(u64) -> bool,
+    out: &mut Vec<Node>,
+) {
+    let Some(q) = lock.queue.as_ref() else { return };
+    let Some(w) = q.get(id) else { return };
+    let mut needs = TopTwo::default();
+    needs.add(need(kind, w), &w.owner);
+    for a in q.ahead_of(id, None) {
+        if !alive(a.id) {
+            continue;
+        }
+        if a.group || a.id == start {
+            // (The walk's own request ahead: a path back to it is a cycle.)
+            out.push(Node::Request(a.id));
+        } else {
+            needs.add(need(kind, a), &a.owner);
         }
     }
-    while let Some(p) = stack.pop() {
-        for (key, id) in g.waits(&p) {
-            let s = seen.entry(key.clone()).or_default();
-            g.with_lock(&key, &mut |kind, lock| {
-                blockers((kind, lock), id, now, &alive, Some(&mut *s), &mut found)
-            });
-            for o in found.drain(..) {
-                if o == *owner {
-                    return true;
-                }
-                if visited.insert(o.clone()) {
-                    stack.push(o);
+    for h in lock.live_holders(now) {
+        let (r, wr) = (h.hold.reads, h.hold.writes);
+        // Excluded by some request of another owner: a wait only this holder can end.
+        if needs
+            .besides(h.owner)
+            .is_some_and(|n| excludes(kind, lock, r, wr, n))
+        {
+            out.push(Node::Owner(h.owner.clone()));
+        }
+    }
+}
+
+/// Whether parked request `id` of `owner` (just queued on `keys`) closes a cycle in the
+/// wait-for graph: something it waits for waits, directly or through others, for `owner` or
+/// for this request.
+pub fn closes_cycle<G: Graph>(g: &G, owner: &Id, id: u64, keys: &[G::Key], now: Ms) -> bool {
+    let alive = |id: u64| g.alive(id);
+    let mut visited: HashSet<Node> = HashSet::new();
+    let target = Node::Owner(owner.clone());
+    let start = Node::Request(id);
+    let mut stack: Vec<Node> = Vec::new();
+    let mut found = Vec::new();
+    for key in keys {
+        g.with_lock(key, &mut |kind, lock| {
+            blockers((kind, lock), id, id, now, &alive, &mut found)
+        });
+    }
+    loop {
+        for n in found.drain(..) {
+            if n == target || n == start {
+                return true;
+            }
+            if visited.len() >= MAX_NODES {
+                return false;
+            }
+            if visited.insert(n.clone()) {
+                stack.push(n);
+            }
+        }
+        let Some(n) = stack.pop() else {
+            return false;
+        };
+        match n {
+            Node::Owner(p) => found.extend(g.waits(&p).into_iter().map(Node::Request)),
+            Node::Request(r) => {
+                for key in g.keys_of(r) {
+                    g.with_lock(&key, &mut |kind, lock| {
+                        blockers((kind, lock), r, id, now, &alive, &mut found)
+                    });
                 }
             }
         }
     }
-    false
 }

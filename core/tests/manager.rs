@@ -5,7 +5,7 @@
 
 mod harness;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use harness::{id, World};
 use proptest::prelude::*;
@@ -154,8 +154,18 @@ struct Keys<'a> {
 
 impl Graph for Keys<'_> {
     type Key = usize;
-    fn waits(&self, owner: &Id) -> Vec<(usize, u64)> {
-        self.waits.get(owner).cloned().unwrap_or_default()
+    fn waits(&self, owner: &Id) -> Vec<u64> {
+        self.waits
+            .get(owner)
+            .map_or_else(Vec::new, |w| w.iter().map(|(_, id)| *id).collect())
+    }
+    fn keys_of(&self, id: u64) -> Vec<usize> {
+        self.waits
+            .values()
+            .flatten()
+            .filter(|(_, i)| *i == id)
+            .map(|(k, _)| *k)
+            .collect()
     }
     fn with_lock(&self, key: &usize, f: &mut dyn FnMut(Kind, &Lock)) -> bool {
         let (kind, lock) = &self.locks[*key];
@@ -167,18 +177,28 @@ impl Graph for Keys<'_> {
     }
 }
 
-/// Every edge of the definition (a waiter waits for each holder that excludes it and for
-/// each waiter ahead of it), without shortcuts.
-fn edges(locks: &[(Kind, Lock)], now: u64) -> HashMap<Id, HashSet<Id>> {
-    let mut out: HashMap<Id, HashSet<Id>> = HashMap::new();
-    for (kind, lock) in locks {
+/// A node of the plain graph: an owner, or one parked request (key, waiter id).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum N {
+    Owner(Id),
+    Req(usize, u64),
+}
+
+/// Every edge of the definition, without shortcuts: a request waits for each holder that
+/// excludes it (not its own owner) and each request ahead of it; an owner for each of its
+/// requests.
+fn edges(
+    locks: &[(Kind, Lock)],
+    waits: &HashMap<Id, Vec<(usize, u64)>>,
+    now: u64,
+) -> HashMap<N, HashSet<N>> {
+    let mut out: HashMap<N, HashSet<N>> = HashMap::new();
+    for (k, (kind, lock)) in locks.iter().enumerate() {
         let waiters: Vec<_> = lock.waiters().collect();
         for (i, w) in waiters.iter().enumerate() {
-            let e = out.entry(w.owner.clone()).or_default();
+            let e = out.entry(N::Req(k, w.id)).or_default();
             for a in &waiters[..i] {
-                if a.owner != w.owner {
-                    e.insert(a.owner.clone());
-                }
+                e.insert(N::Req(k, a.id));
             }
             for h in lock.live_holders(now) {
                 let excludes = match kind {
@@ -188,19 +208,25 @@ fn edges(locks: &[(Kind, Lock)], now: u64) -> HashMap<Id, HashSet<Id>> {
                     _ => w.mode == Mode::Write || h.hold.writes > 0,
                 };
                 if excludes && *h.owner != w.owner {
-                    e.insert(h.owner.clone());
+                    e.insert(N::Owner(h.owner.clone()));
                 }
             }
+        }
+    }
+    for (o, ws) in waits {
+        let e = out.entry(N::Owner(o.clone())).or_default();
+        for (k, id) in ws {
+            e.insert(N::Req(*k, *id));
         }
     }
     out
 }
 
-fn reaches(edges: &HashMap<Id, HashSet<Id>>, from: &Id, to: &Id) -> bool {
+fn reaches(edges: &HashMap<N, HashSet<N>>, from: &N, to: &[N]) -> bool {
     let mut seen = HashSet::new();
-    let mut stack: Vec<Id> = edges.get(from).into_iter().flatten().cloned().collect();
+    let mut stack: Vec<N> = edges.get(from).into_iter().flatten().cloned().collect();
     while let Some(o) = stack.pop() {
-        if o == *to {
+        if to.contains(&o) {
             return true;
         }
         if seen.insert(o.clone()) {
@@ -208,6 +234,37 @@ fn reaches(edges: &HashMap<Id, HashSet<Id>>, from: &Id, to: &Id) -> bool {
         }
     }
     false
+}
+
+/// The false positive an owner-level graph gives: x's read and y's read wait behind a writer
+/// W; x's write waits behind both. y waits for x's *read* request, which waits only for W: no
+/// cycle, whatever x's write waits for.
+#[test]
+fn an_owner_s_other_request_ahead_is_no_cycle() {
+    let mut w = World::at(1_000);
+    let mut k = RwLock::default();
+    let _ = k.lock(&req("W", Mode::Write, 10_000, None, 0), &mut w.env());
+    let mut waits: HashMap<Id, Vec<(usize, u64)>> = HashMap::new();
+    for (o, mode) in [
+        ("x", Mode::Read),
+        ("y", Mode::Read),
+        ("w0", Mode::Write),
+        ("x", Mode::Write),
+    ] {
+        let id = w.next_id();
+        let (_, r) = k.lock(
+            &req(o, mode, 10_000, Some(Wait::forever(id)), 0),
+            &mut w.env(),
+        );
+        assert_eq!(r, Ok(Acquire::Queued));
+        waits.entry(Id::from(o)).or_default().push((0, id));
+    }
+    let locks = vec![(Kind::RwLock, std::mem::take(&mut k.0))];
+    let g = Keys {
+        locks: &locks,
+        waits,
+    };
+    assert!(!closes_cycle(&g, &Id::from("x"), 4, &[0], 1_000));
 }
 
 proptest! {
@@ -251,46 +308,17 @@ proptest! {
                 waits.entry(Id::from(owner.as_str())).or_default().push((key, wid));
             }
         }
-        let all = edges(&locks, 1_000);
+        let all = edges(&locks, &waits, 1_000);
         let g = Keys { locks: &locks, waits: waits.clone() };
         for (owner, ws) in &waits {
             for (key, wid) in ws {
-                let walk = closes_cycle(&g, owner, &[(*key, *wid)], 1_000);
-                // The request's own edges, then whether any of them leads back.
-                let (kind, lock) = &locks[*key];
-                let mine = edges_of(lock, *kind, *wid, 1_000);
-                let naive = mine.iter().any(|p| reaches(&all, p, owner));
+                let walk = closes_cycle(&g, owner, *wid, &[*key], 1_000);
+                let me = N::Req(*key, *wid);
+                let naive = reaches(&all, &me, &[N::Owner(owner.clone()), me.clone()]);
                 prop_assert_eq!(walk, naive, "owner {:?} waiter {} on key {}", owner, wid, key);
             }
         }
     }
-}
-
-/// The edges of one waiter.
-fn edges_of(lock: &Lock, kind: Kind, wid: u64, now: u64) -> BTreeSet<Id> {
-    let waiters: Vec<_> = lock.waiters().collect();
-    let Some(i) = waiters.iter().position(|w| w.id == wid) else {
-        return BTreeSet::new();
-    };
-    let w = waiters[i];
-    let mut out = BTreeSet::new();
-    for a in &waiters[..i] {
-        if a.owner != w.owner {
-            out.insert(a.owner.clone());
-        }
-    }
-    for h in lock.live_holders(now) {
-        let excludes = match kind {
-            Kind::Semaphore => {
-                u64::from(h.hold.reads) + u64::from(w.permits) > u64::from(lock.limit())
-            }
-            _ => w.mode == Mode::Write || h.hold.writes > 0,
-        };
-        if excludes && *h.owner != w.owner {
-            out.insert(h.owner.clone());
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -414,6 +414,7 @@ impl Lock {
         out
     }
 
+    #[inline]
     fn grant_capped(
         &mut self,
         kind: Kind,

@@ -186,8 +186,6 @@ where
     writable(ctx)?;
     let wait = wait_ms.map(new_wait);
     let key = open(ctx, args)?;
-    let db = ctx.db();
-    let name = args.bytes(1);
     let origin = Origin::Here {
         owner: self::owner(args, owner),
         own: false,
@@ -196,7 +194,7 @@ where
         let (mut changes, mut result) = op(&mut v.core, env, wait);
         if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
             // About to wait: refused if the wait would close a cycle of waits.
-            let place = (db, Box::<[u8]>::from(name));
+            let place = (ctx.db(), Box::<[u8]>::from(args.bytes(1)));
             let open = [(place, K::KIND, v.core.lock())];
             if waitgraph::deadlocks(ctx, owner, w.id, &open, env.now) {
                 changes.append(v.core.cancel(w.id, env).0);

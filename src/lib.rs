@@ -28,6 +28,7 @@ mod parse;
 mod registry;
 mod slot;
 mod state;
+mod syntax;
 mod text;
 mod validate;
 mod value;

@@ -871,3 +871,102 @@ fn a_frozen_holders_fenced_write_fails_after_the_next_holders() {
     assert_eq!(st.code(), Some(3));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The size of `f` (0 if it does not exist yet).
+fn size_of(f: &std::path::Path) -> u64 {
+    std::fs::metadata(f).map_or(0, |m| m.len())
+}
+
+/// A shell that starts a background writer appending to `f` every 50 ms (for at most 15 s),
+/// then `tail` (`wait`: stays until the writer ends; empty: ends at once).
+fn background_writer(f: &std::path::Path, tail: &str) -> String {
+    format!(
+        "(for i in $(seq 1 300); do echo $i >> {p}; sleep 0.05; done) & {tail}",
+        p = f.display()
+    )
+}
+
+/// Waits until `f` grows, then until it has not grown for `quiet`; fails past `limit`.
+fn assert_stops_growing(f: &std::path::Path, quiet: Duration, limit: Duration) -> Duration {
+    let t = Instant::now();
+    let mut last = size_of(f);
+    let mut since = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = size_of(f);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            return since.duration_since(t);
+        }
+        assert!(
+            t.elapsed() < limit,
+            "{} still grows {:?} after the check began",
+            f.display(),
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
+fn kill_9_of_redis_lease_kills_cmds_whole_process_group_within_the_ttl() {
+    let s = server();
+    let dir = tempfile_dir();
+    let f = dir.join("writes");
+    let mut child = cli(&s)
+        .args(["lock", "--ttl", "1500", "cli:kill9", "--", "sh", "-c"])
+        .arg(background_writer(&f, "wait"))
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while size_of(&f) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the writer never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SIGKILL to the redis-lease process this test started: no clean-up of its own can run.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGKILL);
+    }
+    let _ = child.wait();
+    let killed = Instant::now();
+    // The writer (a grandchild, in CMD's process group) must be gone before the lease lapses.
+    assert_stops_growing(&f, Duration::from_millis(400), Duration::from_secs(5));
+    let quiet_since = killed.elapsed();
+    assert!(
+        quiet_since < Duration::from_millis(1500),
+        "the writer ran {quiet_since:?} after redis-lease died (ttl 1.5 s)"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn what_cmd_leaves_running_is_stopped_before_the_lock_is_released() {
+    let s = server();
+    let dir = tempfile_dir();
+    let f = dir.join("writes");
+    // CMD starts a background writer and exits at once.
+    let mut child = cli(&s)
+        .args(["lock", "--grace", "500", "cli:leftover", "--", "sh", "-c"])
+        .arg(background_writer(&f, "sleep 0.3; exit 4"))
+        .spawn()
+        .unwrap();
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(4), "CMD's own status");
+    // Released, and nothing of CMD writes any more.
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:leftover"]),
+        redis::Value::Int(0)
+    );
+    let grew = size_of(&f);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        size_of(&f),
+        grew,
+        "CMD's background writer outlived the lock"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

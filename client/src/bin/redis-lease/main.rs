@@ -2,6 +2,7 @@
 //! leadership, and print state.
 
 mod child;
+mod guard;
 mod out;
 mod tty;
 
@@ -174,6 +175,9 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == guard::ARG) {
+        return guard::run();
+    }
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -970,3 +970,40 @@ fn what_cmd_leaves_running_is_stopped_before_the_lock_is_released() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn sigterm_during_an_acquisition_releases_what_may_have_been_granted() {
+    // No replica: every grant waits a second for an acknowledgement that never comes, so a
+    // SIGTERM lands while a grant exists but is not confirmed.
+    let s = server();
+    for round in 0..3 {
+        let key = format!("cli:sigacq{round}");
+        let mut child = cli(&s)
+            .args([
+                "lock",
+                "--ttl",
+                "30000",
+                "--replicas",
+                "1",
+                "--replica-timeout",
+                "3000",
+                &key,
+                "--",
+                "true",
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_exists(&s, &key);
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let st = wait_bounded(&mut child, Duration::from_secs(10));
+        assert_eq!(st.code(), Some(128 + 15));
+        assert_eq!(
+            redis_get(&s, &["EXISTS", &key]),
+            redis::Value::Int(0),
+            "round {round}: the unconfirmed grant was left on the server"
+        );
+    }
+}

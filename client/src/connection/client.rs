@@ -19,6 +19,7 @@ use redis::{
 };
 use tokio::sync::watch;
 
+use crate::connection::cleanup::Cleanups;
 use crate::connection::sentinel_url;
 use crate::error::{Error, InvalidArgument, Result};
 use crate::reply;
@@ -82,6 +83,8 @@ struct Inner {
     backend: Backend,
     /// Idle dedicated connections, with the generation of the master they lead to.
     idle: Mutex<Vec<(u64, Dedicated)>>,
+    /// Releases and resignations running in the background.
+    cleanups: Arc<Cleanups>,
 }
 
 // One per `Client`, behind an `Arc`: the size difference does not matter.
@@ -374,9 +377,41 @@ impl Client {
             inner: Arc::new(Inner {
                 backend,
                 idle: Mutex::new(Vec::new()),
+                cleanups: Cleanups::new(),
             }),
             command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
         }
+    }
+
+    /// Runs a clean-up (a release, a resignation) in the background: on the current runtime,
+    /// or outside any on the one this client was made on. Answers false if there is none.
+    pub(crate) fn spawn_cleanup(
+        &self,
+        f: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> bool {
+        self.inner.cleanups.spawn(f)
+    }
+
+    /// Waits until the clean-ups this client runs in the background have ended, at most
+    /// `within`; answers whether they all did. They are the releases of dropped guards, the
+    /// resignations of dropped elections, and the releases of acquisitions cancelled while
+    /// their outcome was unknown (a `select!` or timeout that dropped `lock.write()` after the
+    /// request was sent). A program about to exit right after such a drop calls it, so that
+    /// the releases are sent before the runtime stops (else those holds lapse after their ttl).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// use std::time::Duration;
+    /// let lock = client.rwlock("jobs");
+    /// tokio::select! {
+    ///     _ = lock.write() => {}
+    ///     _ = tokio::time::sleep(Duration::from_secs(1)) => {} // dropped: its clean-up starts
+    /// }
+    /// client.settle(Duration::from_secs(2)).await;
+    /// # }
+    /// ```
+    pub async fn settle(&self, within: Duration) -> bool {
+        self.inner.cleanups.settle(within).await
     }
 
     /// The time limit of one short request (and the margin added to a waiting request's wait).

@@ -201,11 +201,9 @@ impl Drop for Election {
             return;
         };
         task.abort();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let e = self.elector.clone();
-            handle.spawn(async move {
-                let _ = resign(&e).await;
-            });
-        }
+        let e = self.elector.clone();
+        self.elector.client.spawn_cleanup(async move {
+            let _ = resign(&e).await;
+        });
     }
 }

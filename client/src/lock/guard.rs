@@ -349,13 +349,11 @@ impl Drop for LockGuard {
         if !self.lease.stop() {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let lock = self.lock.clone();
-            let owner = std::mem::take(&mut self.owner);
-            let how = self.how();
-            handle.spawn(async move {
-                let _ = lock.unlock(&owner, how).await;
-            });
-        }
+        let lock = self.lock.clone();
+        let owner = std::mem::take(&mut self.owner);
+        let how = self.how();
+        self.lock.client.spawn_cleanup(async move {
+            let _ = lock.unlock(&owner, how).await;
+        });
     }
 }

@@ -208,12 +208,10 @@ impl Drop for SemaphoreGuard {
         if !self.lease.stop() {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let sem = self.sem.clone();
-            let owner = std::mem::take(&mut self.owner);
-            handle.spawn(async move {
-                let _ = sem.release(&owner).await;
-            });
-        }
+        let sem = self.sem.clone();
+        let owner = std::mem::take(&mut self.owner);
+        self.sem.client.spawn_cleanup(async move {
+            let _ = sem.release(&owner).await;
+        });
     }
 }

@@ -249,7 +249,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let wait = wait_of(wait);
             let guard = tokio::select! {
                 g = lock.acquire(mode, wait) => g?,
-                code = child::terminated() => return Ok(code),
+                code = child::terminated() => return Ok(interrupted(&client, code).await),
             };
             let Some(guard) = guard else {
                 out::warn(format_args!(
@@ -303,7 +303,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             }
             let guard = tokio::select! {
                 g = sem.acquire_with(permits, wait_of(wait)) => g?,
-                code = child::terminated() => return Ok(code),
+                code = child::terminated() => return Ok(interrupted(&client, code).await),
             };
             let Some(guard) = guard else {
                 out::warn(format_args!(
@@ -432,6 +432,23 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             }
         }
     }
+}
+
+/// How long redis-lease, on a signal during an acquisition, lets the release of what may have
+/// been granted run before it exits.
+const RELEASE_ON_SIGNAL: Duration = Duration::from_secs(2);
+
+/// A signal came during an acquisition, which was dropped: its clean-up (the release of a
+/// grant whose outcome was unknown) runs before redis-lease exits with `code`.
+async fn interrupted(client: &Client, code: u8) -> u8 {
+    if !client.settle(RELEASE_ON_SIGNAL).await {
+        out::warn(format_args!(
+            "redis-lease: the release of the interrupted acquisition did not finish within {}s; \
+             what was granted lapses with its ttl",
+            RELEASE_ON_SIGNAL.as_secs()
+        ));
+    }
+    code
 }
 
 /// `--wait` as the library takes it: absent waits as long as it takes, 0 does not wait.

@@ -1007,3 +1007,64 @@ fn sigterm_during_an_acquisition_releases_what_may_have_been_granted() {
         );
     }
 }
+
+#[test]
+fn after_a_loss_with_the_server_gone_the_release_is_bounded() {
+    let mut s = server();
+    let mut child = cli(&s)
+        .args([
+            "lock", "--ttl", "3000", "--grace", "500", "cli:gone", "--", "sleep", "30",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:gone");
+    s.kill9();
+    let t = Instant::now();
+    let st = wait_bounded(&mut child, Duration::from_secs(20));
+    let took = t.elapsed();
+    assert_eq!(st.code(), Some(3), "lost");
+    // The loss comes within the ttl; CMD ends at once on SIGTERM; the release after a loss
+    // may take at most 1 s (documented), not another ttl of retries.
+    assert!(
+        took < Duration::from_millis(5_000),
+        "exited {took:?} after the server died"
+    );
+}
+
+#[test]
+fn replicas_with_no_replica_print_progress_and_give_up_with_status_1() {
+    let s = server();
+    let t = Instant::now();
+    let out = cli(&s)
+        .args([
+            "lock",
+            "--replicas",
+            "1",
+            "--replica-timeout",
+            "200",
+            "cli:norepl",
+            "--",
+            "echo",
+            "ran",
+        ])
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "CMD must not run unreplicated");
+    // Within the retry budget (30 s), with a line per attempt meanwhile.
+    assert!(took < Duration::from_secs(45), "gave up after {took:?}");
+    assert!(
+        err.matches("reached 0 of 1 replica(s); it was released, asking again")
+            .count()
+            >= 2,
+        "no progress shown while retrying: {err}"
+    );
+    assert!(err.contains("1 were asked for"), "{err}");
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:norepl"]),
+        redis::Value::Int(0)
+    );
+}

@@ -82,7 +82,24 @@ pub(crate) async fn drive(
             }
             Step::Confirm(g) => {
                 let found = confirm(shell, g).await;
-                m.on_confirm(Instant::now(), found)
+                let short = match found {
+                    Confirmation::NotReplicated { acked, wanted } => Some((acked, wanted)),
+                    _ => None,
+                };
+                let next = m.on_confirm(Instant::now(), found);
+                if let (Some((acked, wanted)), Step::Sleep(_)) = (short, &next) {
+                    // A waiting caller would otherwise see nothing while this repeats.
+                    let (key, owner) = shell.renewer().subject();
+                    tracing::warn!(
+                        key = %key,
+                        owner = %owner,
+                        acked,
+                        wanted,
+                        "the grant on {key} reached {acked} of {wanted} replica(s); \
+                         it was released, asking again"
+                    );
+                }
+                next
             }
             Step::Sleep(d) => {
                 tokio::time::sleep(d).await;

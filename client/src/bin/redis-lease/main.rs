@@ -179,6 +179,7 @@ fn main() -> ExitCode {
         return guard::run();
     }
     let cli = Cli::parse();
+    out::show_library_warnings();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -385,7 +386,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     Duration::from_millis(grace),
                 )
                 .await;
-            let _ = election.resign().await;
+            if matches!(outcome, Outcome::Lost(_)) {
+                let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, election.resign()).await;
+            } else {
+                let _ = election.resign().await;
+            }
             match outcome {
                 Outcome::Exited(code) => Ok(code),
                 Outcome::Interrupted => child::die_of_sigint(),
@@ -433,6 +438,10 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         }
     }
 }
+
+/// How long redis-lease tries to release a lease (or resign a leadership) it has lost, so that
+/// the server frees it before its ttl would: a lost lease needs no release, so this is short.
+const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(1);
 
 /// How long redis-lease, on a signal during an acquisition, lets the release of what may have
 /// been granted run before it exits.
@@ -530,7 +539,8 @@ async fn run_held(
             out::warn(format_args!(
                 "redis-lease: the lease on {key} was lost ({why}); the command was stopped"
             ));
-            let _ = guard.release().await;
+            // The hold is gone or about to lapse: one short try to free it early, no more.
+            let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
             EXIT_LOST
         }
     }

@@ -73,6 +73,7 @@ mod acquire;
 pub mod blocking;
 mod connection;
 mod error;
+mod guard;
 mod leader;
 mod lease;
 mod lock;
@@ -83,6 +84,7 @@ mod semaphore;
 pub use acquire::Wait;
 pub use connection::Client;
 pub use error::{CampaignError, Error, InvalidArgument, Result};
+pub use guard::Guard;
 pub use leader::{
     Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
     ObserverOptions,

@@ -1068,3 +1068,95 @@ fn replicas_with_no_replica_print_progress_and_give_up_with_status_1() {
         redis::Value::Int(0)
     );
 }
+
+#[test]
+fn durations_take_units_and_usage_errors_exit_64() {
+    let s = server();
+    let mut holder = cli(&s)
+        .args(["lock", "--ttl", "10s", "cli:units", "--", "sleep", "5"])
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:units");
+    // The ttl in the server is the one written with its unit.
+    let info = cli(&s).args(["info", "cli:units"]).output().unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    let ttl: u64 = info
+        .split("ttl=")
+        .nth(1)
+        .and_then(|r| r.split("ms").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no ttl in {info}"));
+    assert!(ttl > 5_000 && ttl <= 10_000, "ttl {ttl} ms");
+    let t = Instant::now();
+    let st = cli(&s)
+        .args(["lock", "--wait", "300ms", "cli:units", "--", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(75));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    unsafe {
+        libc::kill(holder.id() as libc::pid_t, libc::SIGTERM);
+    }
+    wait_bounded(&mut holder, Duration::from_secs(10));
+    // Usage errors: their own status, and nothing runs.
+    for args in [
+        &["lock", "--ttl", "10x", "cli:units", "--", "echo", "ran"][..],
+        &["lock", "--ttl", "0", "cli:units", "--", "echo", "ran"],
+        &["lock", "cli:units"],
+        &["lock", "--no-such-flag", "cli:units", "--", "echo", "ran"],
+    ] {
+        let out = cli(&s).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        if args.contains(&"10x") {
+            assert!(err.contains("10s") && err.contains("500ms"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn help_documents_every_exit_status() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "CMD's own status",
+        "\n  3 ",
+        "\n  64 ",
+        "\n  75 ",
+        "\n  127 ",
+        "128+N",
+        "\n  1 ",
+        "SIGKILL",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+}
+
+#[test]
+fn a_refused_connection_fails_fast_and_names_the_address() {
+    let port = redis_lease_testkit::free_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    for args in [
+        &["lock", "cli:refused", "--", "echo", "ran"][..],
+        &["info", "cli:refused"],
+    ] {
+        let t = Instant::now();
+        let out = Command::new(BIN)
+            .env("REDIS_URL", &url)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty());
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert!(
+            err.contains(&format!("127.0.0.1:{port}")) && err.to_lowercase().contains("refused"),
+            "{err}"
+        );
+    }
+}

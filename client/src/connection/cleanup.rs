@@ -58,6 +58,15 @@ impl Cleanups {
         true
     }
 
+    /// Runs `f` in the background, uncounted (a watcher that may run as long as a lease).
+    pub(crate) fn spawn_task(&self, f: impl Future<Output = ()> + Send + 'static) -> bool {
+        let Some(handle) = Handle::try_current().ok().or_else(|| self.home.clone()) else {
+            return false;
+        };
+        handle.spawn(f);
+        true
+    }
+
     /// Waits until no clean-up runs, at most `within`; answers whether none does.
     pub(crate) async fn settle(&self, within: Duration) -> bool {
         let idle = async {

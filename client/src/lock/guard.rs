@@ -42,6 +42,26 @@ use crate::lock::key::LockKey;
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
+///
+/// A guard that is not kept is released at once, so an unused one is a warning, as for std's
+/// `MutexGuard`:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// async fn f(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+///     lock.write().await?; // the guard is dropped here: warning (an error under this deny)
+///     Ok(())
+/// }
+/// ```
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// async fn f(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+///     let _guard = lock.write().await?; // held until the end of the scope
+///     Ok(())
+/// }
+/// ```
+#[must_use = "dropping a guard releases it at once"]
 pub struct LockGuard {
     /// The lock's key and options.
     lock: LockKey,
@@ -189,6 +209,19 @@ impl LockGuard {
     /// ```
     pub fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
         self.lease.lost()
+    }
+
+    /// Calls `f` once, from a background task, when the lease is lost (at once if it already
+    /// is), with the reason; never if the guard is released or dropped first. Register as
+    /// many as needed.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) {
+    /// g.on_lost(|reason| eprintln!("stop writing: the lease was lost ({reason})"));
+    /// # }
+    /// ```
+    pub fn on_lost(&self, f: impl FnOnce(LossReason) + Send + 'static) {
+        self.lease.on_lost(&self.lock.client, f);
     }
 
     /// Runs `cmd` inside Redis only while this guard's **write** hold is live, atomically
@@ -357,3 +390,5 @@ impl Drop for LockGuard {
         });
     }
 }
+
+crate::guard::impl_guard!(LockGuard);

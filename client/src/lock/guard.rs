@@ -20,8 +20,9 @@ use crate::lock::key::LockKey;
 /// the guard lives.
 ///
 /// Release it with [`LockGuard::release`]. Dropping it releases it too, as a best effort: the
-/// `RWLOCK.UNLOCK` is spawned on the current tokio runtime (if there is none, the lease simply
-/// lapses after its ttl).
+/// `RWLOCK.UNLOCK` is spawned on the current tokio runtime, or, dropped outside any runtime,
+/// on the one the client was made on (while it runs; else the lease lapses after its ttl).
+/// [`Client::settle`](crate::Client::settle) waits for such releases.
 ///
 /// Watch for loss with [`LockGuard::lost`] or [`LockGuard::status_watch`]: the guard signals
 /// it as soon as a renewal fails definitively, or when the local validity bound passes (the

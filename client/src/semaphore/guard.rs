@@ -17,8 +17,9 @@ use crate::semaphore::key::SemaphoreKey;
 /// lives, exactly as a [`LockGuard`](crate::LockGuard)'s.
 ///
 /// Release it with [`SemaphoreGuard::release`]. Dropping it releases it too, as a best
-/// effort: the `SEMAPHORE.RELEASE` is spawned on the current tokio runtime (if there is none,
-/// the lease simply lapses after its ttl).
+/// effort: the `SEMAPHORE.RELEASE` is spawned on the current tokio runtime, or, dropped
+/// outside any runtime, on the one the client was made on (while it runs; else the lease lapses
+/// after its ttl).
 ///
 /// Watch for loss with [`SemaphoreGuard::lost`] or [`SemaphoreGuard::status_watch`]: the
 /// guard signals it as soon as a renewal fails definitively, or when the local validity bound

@@ -1160,3 +1160,33 @@ fn a_refused_connection_fails_fast_and_names_the_address() {
         );
     }
 }
+
+#[test]
+fn what_cmd_leaves_running_outside_its_group_is_stopped_too() {
+    let s = server();
+    let dir = tempfile_dir();
+    let f = dir.join("writes");
+    // The writer leaves CMD's process group (setsid), then CMD exits.
+    let writer = format!(
+        "for i in $(seq 1 300); do echo $i >> {p}; sleep 0.05; done",
+        p = f.display()
+    );
+    let script = format!("setsid sh -c '{writer}' & sleep 0.3; exit 0");
+    let mut child = cli(&s)
+        .args(["lock", "--grace", "500ms", "cli:strays", "--", "sh", "-c"])
+        .arg(script)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0));
+    let grew = size_of(&f);
+    assert!(grew > 0, "the writer never wrote");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        size_of(&f),
+        grew,
+        "a writer outside CMD's group outlived the lock"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -43,6 +43,13 @@ pub struct Running {
 pub fn spawn(cmd: &[OsString], env: &[(&str, String)]) -> std::io::Result<Running> {
     // The guard first: without it CMD does not run.
     let mut guard = GroupGuard::start()?;
+    // Orphans of CMD's (also those that left its process group) become redis-lease's children
+    // instead of init's, so that they can be stopped before the lease is released.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
     let terminal = Terminal::open();
     let handoff = terminal.as_ref().filter(|t| t.ours()).map(Terminal::fd);
     let mut c = Command::new(&cmd[0]);
@@ -130,6 +137,55 @@ impl Running {
         let _ = self.child.wait().await;
         let until = tokio::time::Instant::now() + Duration::from_secs(1);
         while self.group_alive() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Processes CMD started that left its process group and were orphaned since: they are
+    /// redis-lease's children now (it is a subreaper). Stopped as the group is: SIGTERM (and
+    /// SIGCONT), SIGKILL after `grace`; each is reaped. Their own orphans come next, until none
+    /// is left (within `grace` and a second).
+    async fn stop_strays(&self, grace: Duration) {
+        let start = tokio::time::Instant::now();
+        let mut termed: Vec<libc::pid_t> = Vec::new();
+        let mut warned = false;
+        loop {
+            let strays: Vec<libc::pid_t> = children()
+                .into_iter()
+                .filter(|&p| p != self.guard.pid() && p != self.pgid)
+                .collect();
+            for &p in &strays {
+                // SAFETY: waitpid on a child of ours, with WNOHANG and no status pointer.
+                unsafe {
+                    libc::waitpid(p, std::ptr::null_mut(), libc::WNOHANG);
+                }
+            }
+            let live: Vec<libc::pid_t> = strays.into_iter().filter(|&p| alive(p)).collect();
+            if live.is_empty() {
+                return;
+            }
+            if !warned {
+                warned = true;
+                out::warn(format_args!(
+                    "redis-lease: the command left {} process(es) outside its group; stopping them",
+                    live.len()
+                ));
+            }
+            let late = start.elapsed() >= grace;
+            for &p in &live {
+                let sig = if late { libc::SIGKILL } else { libc::SIGTERM };
+                if late || !termed.contains(&p) {
+                    // SAFETY: kill takes plain integers; p is a child of ours.
+                    unsafe {
+                        libc::kill(p, sig);
+                        libc::kill(p, libc::SIGCONT);
+                    }
+                    termed.push(p);
+                }
+            }
+            if start.elapsed() >= grace + Duration::from_secs(1) {
+                return;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -231,6 +287,7 @@ impl Running {
             ));
             self.stop_group(grace).await;
         }
+        self.stop_strays(grace).await;
         self.guard.disarm();
         if let Some(t) = &self.terminal {
             if t.foreground() == self.pgid {
@@ -239,6 +296,34 @@ impl Running {
         }
         outcome
     }
+}
+
+/// The pids of this process's children, from `/proc` (their parent is us).
+fn children() -> Vec<libc::pid_t> {
+    // SAFETY: getpid cannot fail and touches no memory.
+    let me = unsafe { libc::getpid() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| parent_of(pid) == Some(me))
+        .collect()
+}
+
+/// The parent of `pid` (`/proc/PID/stat`'s fourth field, after the parenthesised name).
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` runs (not a zombie).
+fn alive(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 async fn recv(s: &mut Option<Signal>) {

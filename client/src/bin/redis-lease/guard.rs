@@ -34,6 +34,11 @@ impl GroupGuard {
         Ok(GroupGuard { child, pipe })
     }
 
+    /// The guard's pid.
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+
     /// Tells the guard CMD's group: from now on, redis-lease's death kills it.
     pub fn arm(&mut self, pgid: libc::pid_t) {
         if let Some(p) = &mut self.pipe {

@@ -51,8 +51,9 @@ const EXIT_CANNOT_RUN: u8 = 127;
                   `info` and `leader` exit 0, 64 on a usage error, 1 on failure.\n\n\
                   Signals: SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group. If \
                   redis-lease itself dies (even by SIGKILL), CMD's whole process group is killed \
-                  (SIGKILL) at once; processes CMD leaves running in its group when it exits are \
-                  stopped (SIGTERM, SIGKILL after --grace) before the lease is released."
+                  (SIGKILL) at once; processes CMD leaves running when it exits (in its group, or \
+                  orphans that left it) are stopped (SIGTERM, SIGKILL after --grace) before the \
+                  lease is released."
 )]
 struct Cli {
     /// Redis URL: `redis://[user:pass@]host:port/db` for one server, or

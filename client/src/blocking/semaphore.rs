@@ -105,7 +105,7 @@ impl Semaphore {
         self.acquire(permits, Wait::For(wait))
     }
 
-    /// See [`crate::Semaphore::acquire_with`].
+    /// See [`crate::Semaphore::acquire`].
     ///
     /// ```no_run
     /// # fn f(s: &redis_lease_client::blocking::Semaphore) -> redis_lease_client::Result<()> {
@@ -115,6 +115,12 @@ impl Semaphore {
     pub fn acquire(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
         let g = self.rt.run(self.inner.acquire(permits, wait))?;
         Ok(g.map(|g| self.wrap(g)))
+    }
+
+    /// The earlier name of [`Semaphore::acquire`], kept for code written against it.
+    #[doc(hidden)]
+    pub fn acquire_with(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
+        self.acquire(permits, wait)
     }
 
     /// See [`crate::Semaphore::info`].

@@ -242,6 +242,16 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
+        self.acquire_inner(permits, wait).await
+    }
+
+    /// The earlier name of [`Semaphore::acquire`], kept for code written against it.
+    #[doc(hidden)]
+    pub async fn acquire_with(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
+        self.acquire_inner(permits, wait).await
+    }
+
+    async fn acquire_inner(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
         let s = &self.sem;
         check(s.limit, permits)?;
         let generated = self.owner.is_none();

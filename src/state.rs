@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_lease_core::{Ms, Tokens};
 
+use crate::histogram::Histogram;
 use crate::index::Index;
 use crate::registry::Registry;
 
@@ -80,6 +81,9 @@ pub struct Shell {
     /// Evicted keys whose leases may still run, by (db, name).
     pub evicted: HashMap<(i32, Box<[u8]>), Evicted>,
     pub stats: Stats,
+    /// How long every ended wait waited (granted or not) and every ended hold was held.
+    pub wait_times: Histogram,
+    pub hold_times: Histogram,
 }
 
 thread_local! {

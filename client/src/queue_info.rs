@@ -5,8 +5,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::lock_info::LockMode;
 use crate::reply;
+use crate::LockMode;
 
 /// One waiting request, as `*.INFO` shows it (at most 100 per key; the count is `waiters`).
 ///

@@ -2,9 +2,9 @@
 
 use redis::Value;
 
-use crate::client::Client;
+use super::LeaderInfo;
+use crate::connection::Client;
 use crate::error::{Error, Result};
-use crate::leader::LeaderInfo;
 use crate::queue_info::{self, Waiting};
 use crate::reply;
 use crate::retry::RetryPolicy;

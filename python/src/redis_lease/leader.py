@@ -23,7 +23,9 @@ def current_leader(connector: Connector, key: Any, command_timeout: float = 2.0,
     return replies.leader_info(connector.run(protocol.query_retry(call, None, retry or RetryPolicy())))
 
 
-def election_info(client: Any, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None) -> replies.ElectionInfo:
+def election_info(
+    client: Any, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None
+) -> replies.ElectionInfo:
     """``LEADER.INFO key``: the leader and the waiting candidates (transient failures retried).
     ``client``: a redis-py client or a :class:`Connector`."""
     call = protocol.Call(("LEADER.INFO", key), command_timeout)

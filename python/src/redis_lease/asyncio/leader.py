@@ -29,7 +29,9 @@ async def election_info(
 ) -> replies.ElectionInfo:
     """``LEADER.INFO key`` (see :func:`redis_lease.election_info`)."""
     call = protocol.Call(("LEADER.INFO", key), command_timeout)
-    return replies.election_info(await Connector.of(client).run(protocol.query_retry(call, None, retry or RetryPolicy())))
+    return replies.election_info(
+        await Connector.of(client).run(protocol.query_retry(call, None, retry or RetryPolicy()))
+    )
 
 
 class LeaderElector:

@@ -12,8 +12,9 @@
 //! 3. services: `schedule` (the key index and the timer), `waiters` (parked clients),
 //!    `ended` (hold times, the lapse log),
 //!    `holdback` (quarantine, evicted leases, the lobby), `orphans`;
-//! 4. `commit` (make Redis agree with the core's changes), `visit`, `reopen`;
-//! 5. entry points: `commands`, `apply`, `timer`, `datatype`, `events`, `info`, `table`;
+//! 4. `commit` (the one commit path: run the core, make Redis agree), `visit`;
+//! 5. entry points: `commands`, `apply`, `timer`, `reopen`, `datatype`, `events`, `info`,
+//!    `table`;
 //! 6. this file registers them.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -29,6 +30,7 @@ mod parse;
 mod registry;
 mod slot;
 mod state;
+mod syntax;
 mod text;
 mod validate;
 mod value;
@@ -98,7 +100,7 @@ mod module {
                 ["max-ttl", &MAX_TTL, DEFAULT_MAX_TTL, 1, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, 100_000_000, ConfigurationFlags::DEFAULT, None],
                 ["max-id-length", &MAX_ID_LENGTH, DEFAULT_MAX_ID_LENGTH, 1, ID_LENGTH_CEILING, ConfigurationFlags::DEFAULT, None],
-                ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
+                ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| holdback::quarantine_set()))],
             ],
             string: [],
             bool: [

@@ -5,7 +5,8 @@
 -- (lease_wait_bucket_ms:1=N,...,inf=N) becomes one key per bucket, lease_wait_bucket_ms_le_1
 -- ... lease_wait_bucket_ms_le_+Inf, which monitoring/prometheus.yml's relabeling turns into a
 -- Prometheus histogram (lease_wait_ms_bucket{le="..."}, with lease_wait_ms_count/_sum).
--- Keys and values are strings, as redis_exporter wants them.
+-- Keys and values are strings, as redis_exporter wants them; fields that are not numbers
+-- (lease_acl_categories) are left out, since a gauge holds a number.
 local out = {}
 local info = redis.call("INFO", "lease")
 for line in string.gmatch(info, "[^\r\n]+") do
@@ -17,7 +18,7 @@ for line in string.gmatch(info, "[^\r\n]+") do
         table.insert(out, name .. "_le_" .. k)
         table.insert(out, v)
       end
-    else
+    elseif tonumber(value) ~= nil then
       table.insert(out, name)
       table.insert(out, value)
     end

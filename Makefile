@@ -37,7 +37,7 @@ FAULT_MODULE := target/fault/libredis_lease.so
 fault-module: deps
 	$(CARGO) build --profile fault -p redis-lease --features fault-injection
 
-test: build fault-module
+test: build fault-module test-deps
 	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" $(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory test-python
 	@$(MAKE) --no-print-directory test-node

@@ -12,16 +12,14 @@ use redis_lease_core::{
 };
 
 use crate::clock;
-use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed, WrongType};
 use crate::ffi::replicate::Owner;
-use crate::ffi::string::RStr;
 use crate::ffi::{notify, replicate, server};
 use crate::holdback::Lobby;
 use crate::index::Slot;
 use crate::value::Stored;
 use crate::wire::Word;
-use crate::{holdback, schedule, state, text, waiters};
+use crate::{holdback, schedule, state, waiters};
 
 /// Who decided the changes.
 #[derive(Clone, Copy)]
@@ -336,24 +334,6 @@ fn count(kind: Kind, effects: &[Effect]) {
     state::with(move |s| s.stats.add_effects(&t));
 }
 
-/// Lapsed leases at `verbose`: a holder that stopped renewing is worth a line when debugging.
-/// Owners and keys are bytes: escaped, so no byte can break the line.
-fn log_lapses(ctx: &Ctx, key: RStr, effects: &[Effect]) {
-    for e in effects {
-        if let Effect::Drop {
-            owner,
-            reason: DropReason::Lapse,
-        } = e
-        {
-            ctx.log_verbose(&format!(
-                "lease: the lease of '{}' on '{}' lapsed",
-                text::escaped(&owner.bytes(), 128),
-                text::escaped(key.bytes(), 128)
-            ));
-        }
-    }
-}
-
 /// The changes are one give-back and nothing else: no lapse found on the way, nobody served.
 fn is_own_effect(changes: &Changes) -> bool {
     changes.woken.is_empty()
@@ -390,7 +370,7 @@ where
                 replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
             }
             count(K::KIND, &changes.effects);
-            log_lapses(ctx, name, &changes.effects);
+            crate::ended::note(ctx, name, &changes);
         }
         for e in &changes.effects {
             if let Some(ev) = event(K::KIND, e) {

@@ -1,7 +1,7 @@
 //! The module's settings: Redis 7 module configs (`CONFIG SET lease.max-ttl 1000`), also
 //! accepted as `loadmodule` arguments (`loadmodule lease.so max-ttl 5000`).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 pub const DEFAULT_MAX_TTL: i64 = 86_400_000;
 /// Redis's own `maxclients` default: each waiter is a connection, so more cannot wait anyway,
@@ -20,6 +20,9 @@ pub static MAX_ID_LENGTH: AtomicI64 = AtomicI64::new(DEFAULT_MAX_ID_LENGTH);
 /// After this server becomes a master, or loads its data, it makes no new grant for this
 /// many ms (0: off); while it is set, it is also the longest lease.
 pub static QUARANTINE: AtomicI64 = AtomicI64::new(0);
+
+/// Each lapse writes a notice line to the server log (else a verbose one).
+pub static LOG_LAPSES: AtomicBool = AtomicBool::new(false);
 
 fn get(v: &AtomicI64) -> u64 {
     v.load(Ordering::Relaxed).max(0) as u64
@@ -47,4 +50,8 @@ pub fn max_id_length() -> usize {
 
 pub fn quarantine_ms() -> u64 {
     get(&QUARANTINE)
+}
+
+pub fn log_lapses() -> bool {
+    LOG_LAPSES.load(Ordering::Relaxed)
 }

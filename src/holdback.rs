@@ -381,3 +381,16 @@ pub fn waiting_on(db: i32, name: &[u8]) -> usize {
         })
     })
 }
+
+/// The waiters in the lobby of `name` in `db`, in arrival order (for `*.INFO`).
+pub fn queue_on(db: i32, name: &[u8]) -> Vec<Waiter> {
+    if no_lobby() {
+        return Vec::new();
+    }
+    let name: Box<[u8]> = name.into();
+    with_lobby(move |l| {
+        l.get(&db)
+            .and_then(|m| m.get(&name))
+            .map_or_else(Vec::new, |x| x.lock.waiters().cloned().collect())
+    })
+}

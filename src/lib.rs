@@ -6,10 +6,11 @@
 //! parses commands, calls the core, and makes Redis agree. Its layers, each using only the
 //! ones below it:
 //!
-//! 1. pure: `clock`, `config`, `parse`, `text`, `validate`, `wire`, `index`, `registry`,
+//! 1. pure: `clock`, `config`, `histogram`, `parse`, `text`, `validate`, `wire`, `index`, `registry`,
 //!    `value`, `state` (no Redis types);
 //! 2. the C API: `ffi` (every raw `RedisModule_*` call);
 //! 3. services: `schedule` (the key index and the timer), `waiters` (parked clients),
+//!    `ended` (hold times, the lapse log),
 //!    `holdback` (quarantine, evicted leases, the lobby), `orphans`;
 //! 4. `commit` (the one commit path: run the core, make Redis agree), `visit`;
 //! 5. entry points: `commands`, `apply`, `timer`, `reopen`, `datatype`, `events`, `info`,
@@ -22,6 +23,7 @@
 
 mod clock;
 mod config;
+mod histogram;
 mod index;
 mod num;
 mod parse;
@@ -36,6 +38,7 @@ mod wire;
 
 mod ffi;
 
+mod ended;
 mod holdback;
 mod orphans;
 mod schedule;
@@ -100,7 +103,9 @@ mod module {
                 ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| holdback::quarantine_set()))],
             ],
             string: [],
-            bool: [],
+            bool: [
+                ["log-lapses", &LOG_LAPSES, false, ConfigurationFlags::DEFAULT, None],
+            ],
             enum: [],
             module_args_as_configuration: true,
         ]

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_lease_core::{Ms, Tokens};
 
+use crate::histogram::Histogram;
 use crate::index::Index;
 use crate::registry::Registry;
 
@@ -90,6 +91,9 @@ pub struct Shell {
     pub stats: Stats,
     /// The token high-water mark is to be written to the AOF (see `events::forked`).
     pub high_due: bool,
+    /// How long every ended wait waited (granted or not) and every ended hold was held.
+    pub wait_times: Histogram,
+    pub hold_times: Histogram,
 }
 
 thread_local! {

@@ -419,6 +419,7 @@ const COMMANDS: &[&[&str]] = &[
     &["LEADER.RENEW", "ce", "a", "1000"],
     &["LEADER.RESIGN", "ce", "a"],
     &["LEADER.CURRENT", "ce"],
+    &["LEADER.INFO", "ce"],
     &["SEMAPHORE.ACQUIRE", "cs", "a", "2", "1000"],
     &["SEMAPHORE.RELEASE", "cs", "a"],
     &["SEMAPHORE.RENEW", "cs", "a", "1000"],

@@ -81,6 +81,7 @@ mod guard;
 mod leader;
 mod lease;
 mod lock;
+mod queue_info;
 mod reply;
 mod retry;
 mod semaphore;
@@ -90,7 +91,7 @@ pub use connection::Client;
 pub use error::{CampaignError, Error, InvalidArgument, Result};
 pub use guard::Guard;
 pub use leader::{
-    Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
+    Election, ElectionInfo, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
     ObserverOptions,
 };
 pub use lease::status::{LeaseStatus, LossReason};
@@ -99,6 +100,7 @@ pub use lock::guard::LockGuard;
 pub use lock::info::{Holder, LockInfo, LockMode};
 pub use lock::options::LockOptions;
 pub use lock::RwLock;
+pub use queue_info::Waiting;
 pub use retry::RetryPolicy;
 pub use semaphore::guard::SemaphoreGuard;
 pub use semaphore::info::{SemaphoreHolder, SemaphoreInfo};

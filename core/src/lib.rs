@@ -19,7 +19,7 @@ mod lock;
 mod queue;
 mod tokens;
 
-pub use effect::{Changes, DropReason, Effect, Woken};
+pub use effect::{Changes, DropReason, Effect, Ended, Woken};
 pub use env::{Env, Grants};
 pub use holders::{Hold, HolderView};
 pub use id::{AsId, Id, IdBytes};

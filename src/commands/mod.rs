@@ -6,6 +6,7 @@ pub mod exec;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod leader;
+pub mod queue;
 pub mod rwlock;
 pub mod semaphore;
 

@@ -22,9 +22,9 @@ from .errors import (
     Unavailable,
 )
 from .guards import Guard, Leadership, LockGuard, SemaphoreGuard
-from .leader import LeaderElector, LeaderObserver, current_leader
+from .leader import LeaderElector, LeaderObserver, current_leader, election_info
 from .lock import RwLock
-from .replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
+from .replies import ElectionInfo, Holder, LeaderInfo, LockInfo, SemaphoreInfo, Waiting
 from .retry import RetryPolicy
 from .semaphore import Semaphore
 from .timing import LeaseTiming
@@ -34,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Connector",
     "Deadlock",
+    "ElectionInfo",
     "Fenced",
     "Guard",
     "Holder",
@@ -56,5 +57,7 @@ __all__ = [
     "SemaphoreGuard",
     "SemaphoreInfo",
     "Unavailable",
+    "Waiting",
     "current_leader",
+    "election_info",
 ]

@@ -23,6 +23,15 @@ def current_leader(connector: Connector, key: Any, command_timeout: float = 2.0,
     return replies.leader_info(connector.run(protocol.query_retry(call, None, retry or RetryPolicy())))
 
 
+def election_info(
+    client: Any, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None
+) -> replies.ElectionInfo:
+    """``LEADER.INFO key``: the leader and the waiting candidates (transient failures retried).
+    ``client``: a redis-py client or a :class:`Connector`."""
+    call = protocol.Call(("LEADER.INFO", key), command_timeout)
+    return replies.election_info(Connector.of(client).run(protocol.query_retry(call, None, retry or RetryPolicy())))
+
+
 class LeaderElector:
     """Campaigns for leadership of one key. Each campaign uses a fresh UUIDv4 candidate id
     (so two leaderships of one elector exclude each other like two processes), unless

@@ -4,6 +4,8 @@
 mod child;
 mod guard;
 mod out;
+mod status;
+mod top;
 mod tty;
 
 use std::ffi::OsString;
@@ -183,6 +185,19 @@ enum Cmd {
     Info {
         /// The key.
         key: String,
+    },
+    /// Print KEY's holders and its waiting requests in queue order (with how long each waited
+    /// and may still wait), whatever its kind.
+    Status {
+        /// The key.
+        key: String,
+    },
+    /// A live view of the server (or every master of its Cluster): the busiest keys, the
+    /// INFO lease figures, the wait histogram; refreshed every second, `q` quits.
+    Top {
+        /// Print one frame as text (WIDTHxHEIGHT, e.g. 100x30) instead of the live view.
+        #[arg(long, value_name = "WIDTHxHEIGHT", value_parser = size)]
+        once: Option<(u16, u16)>,
     },
     /// Print who leads the election on KEY (LEADER.CURRENT).
     Leader {
@@ -449,6 +464,8 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 _ => print_lock(&client, &key).await,
             }
         }
+        Cmd::Status { key } => status::status(&client, &key).await,
+        Cmd::Top { once } => top::top(&cli.url, once).await,
         Cmd::Leader { watch, key } => {
             let print = print_leader;
             if !watch {
@@ -563,6 +580,17 @@ async fn run_held(
             EXIT_LOST
         }
     }
+}
+
+/// `100x30` as (100, 30).
+fn size(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("expected WIDTHxHEIGHT (e.g. 100x30), got {s:?}");
+    let (w, h) = s.split_once('x').ok_or_else(bad)?;
+    let (w, h) = (w.parse().map_err(|_| bad())?, h.parse().map_err(|_| bad())?);
+    if w < 40 || h < 16 {
+        return Err(format!("{s}: at least 40x16"));
+    }
+    Ok((w, h))
 }
 
 fn print_leader(l: &Option<LeaderInfo>) -> Result<(), Closed> {

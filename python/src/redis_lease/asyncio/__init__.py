@@ -9,11 +9,11 @@
 """
 
 from ..errors import Deadlock, Fenced, LeaseError, LeaseLost, LockGone, LossReason, NotAcquired, ProtocolError, Unavailable
-from ..replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
+from ..replies import ElectionInfo, Holder, LeaderInfo, LockInfo, SemaphoreInfo, Waiting
 from ..retry import RetryPolicy
 from .connector import Connector
 from .guards import Acquiring, Guard, Leadership, LockGuard, SemaphoreGuard
-from .leader import LeaderElector, LeaderObserver, current_leader
+from .leader import LeaderElector, LeaderObserver, current_leader, election_info
 from .lock import RwLock
 from .semaphore import Semaphore
 
@@ -21,6 +21,7 @@ __all__ = [
     "Acquiring",
     "Connector",
     "Deadlock",
+    "ElectionInfo",
     "Fenced",
     "Guard",
     "Holder",
@@ -42,5 +43,7 @@ __all__ = [
     "SemaphoreGuard",
     "SemaphoreInfo",
     "Unavailable",
+    "Waiting",
     "current_leader",
+    "election_info",
 ]

@@ -24,6 +24,16 @@ async def current_leader(
     return replies.leader_info(await connector.run(protocol.query_retry(call, None, retry or RetryPolicy())))
 
 
+async def election_info(
+    client: Any, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None
+) -> replies.ElectionInfo:
+    """``LEADER.INFO key`` (see :func:`redis_lease.election_info`)."""
+    call = protocol.Call(("LEADER.INFO", key), command_timeout)
+    return replies.election_info(
+        await Connector.of(client).run(protocol.query_retry(call, None, retry or RetryPolicy()))
+    )
+
+
 class LeaderElector:
     """``async with LeaderElector(r, "scheduler", ttl=5.0).leadership() as lead: ...``
     (see :class:`redis_lease.LeaderElector`)."""

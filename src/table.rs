@@ -72,7 +72,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!(c"semaphore.info", semaphore::info, c"readonly", 2, None,
         c"Shows the limit, permits used, holders, waiters and last token of a semaphore.",
         c"O(N) where N is the number of holders"),
-    spec!(c"lease.exec", exec::exec, c"write", -4, None,
+    spec!(c"lease.exec", exec::exec, c"write getkeys-api", -4, None,
         c"Runs a command only while the hold with the given token is live on the key, atomically with the check (a write fenced inside Redis).",
         c"O(1) plus the command's own complexity"),
     spec!(c"lease.apply", crate::apply::apply, c"write", -3, None,

@@ -44,7 +44,7 @@ pub fn run<K: Keyed, T>(
     // One look at the state for what every operation needs.
     let (mut tokens, mut quiet, cancels, stall) = state::with(move |s| {
         let stall = holdback::ran(s, now);
-        let quiet = s.quarantine_until <= now && s.evicted.is_empty();
+        let quiet = s.quarantine_until <= now && s.evicted.is_empty() && crate::floor::none_held();
         (s.tokens, quiet, s.waiters.take_cancels_of(slot), stall)
     });
     if let Some(gap) = stall {

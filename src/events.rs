@@ -43,6 +43,7 @@ fn cron(ctx: &Ctx, hz: i32) {
     if let Some(gap) = stall {
         holdback::stalled(gap);
     }
+    crate::floor::tick(ctx, now);
 }
 
 /// Takes the waiters out of a key about to be flushed, and drops its index entry.

@@ -63,9 +63,11 @@ fn no_lobby() -> bool {
 
 /// Until when grants on `name` in `db` are held back (`None`: they are open at `now`).
 pub fn held_until(db: i32, name: &[u8], now: Ms) -> Option<Ms> {
+    let floor = crate::floor::held_until(name, now);
     let name: Box<[u8]> = name.into();
     state::with(move |s| {
         let mut until = (s.quarantine_until > now).then_some(s.quarantine_until);
+        until = until.max(floor);
         if !s.evicted.is_empty() {
             if let Some(e) = s.evicted.get(&(db, name)) {
                 if e.until > now {
@@ -81,6 +83,9 @@ pub fn held_until(db: i32, name: &[u8], now: Ms) -> Option<Ms> {
 pub fn grants(db: i32, name: &[u8], now: Ms) -> Grants {
     // The common case costs two loads and no allocation.
     let quiet = state::with(|s| s.quarantine_until <= now && s.evicted.is_empty());
+    if crate::floor::holds(name) {
+        return Grants::Held;
+    }
     if quiet || held_until(db, name, now).is_none() {
         Grants::Open
     } else {

@@ -10,7 +10,8 @@
 //!    `value`, `state` (no Redis types);
 //! 2. the C API: `ffi` (every raw `RedisModule_*` call);
 //! 3. services: `schedule` (the key index and the timer), `waiters` (parked clients),
-//!    `holdback` (quarantine, evicted leases, the lobby), `orphans`;
+//!    `holdback` (quarantine, evicted leases, the lobby), `floor` (token floors in a Cluster),
+//!    `orphans`;
 //! 4. `commit` (make Redis agree with the core's changes), `visit`, `reopen`;
 //! 5. entry points: `commands`, `apply`, `timer`, `datatype`, `events`, `info`, `table`;
 //! 6. this file registers them.
@@ -34,6 +35,7 @@ mod wire;
 
 mod ffi;
 
+mod floor;
 mod holdback;
 mod orphans;
 mod schedule;
@@ -70,7 +72,9 @@ mod module {
         timer::init(&ctx);
         schedule::init(crate::timer::fire);
         info::register(&ctx, crate::info::write);
-        let done = table::register(&ctx).and_then(|()| server::init(&ctx, events::handlers()));
+        let done = table::register(&ctx)
+            .and_then(|()| server::init(&ctx, events::handlers()))
+            .and_then(|()| crate::floor::init(&ctx));
         if let Err(e) = done {
             log_warning(&format!("lease: {e}"));
             return Status::Err;

@@ -9,7 +9,11 @@
 //!   grant on a released key is above every token the source issued for it, even when the
 //!   source's clock (or a restored payload) is far ahead of the target's.
 
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
 use redis_lease_testkit::cluster::{Cluster, NodeLine};
+use redis_lease_testkit::dump::{self, Field};
 use redis_lease_testkit::socket::{Resp, Sock};
 
 fn token(r: &Resp) -> i64 {
@@ -144,4 +148,86 @@ fn a_fenced_write_is_refused_while_its_keys_are_split_by_a_migration() {
             Resp::Bulk(b"{a}:y".to_vec())
         ])
     );
+}
+
+/// Restores `key` on `port` as a copy of itself whose every token equals `t + ahead`: its
+/// source then has a high-water mark `ahead` past its clock (as a master whose clock runs
+/// ahead, or one that made more than 1000 grants a ms, would). Answers the crafted token.
+fn push_tokens_ahead(port: u16, key: &str, t: i64, ahead: u64) -> u64 {
+    let mut s = Sock::connect(port);
+    let Resp::Bulk(bytes) = s.cmd(&["DUMP", key]) else {
+        panic!("DUMP {key}");
+    };
+    let mut p = dump::decode(&bytes).unwrap();
+    let crafted = t as u64 + ahead;
+    for f in &mut p.fields {
+        if *f == Field::U64(t as u64) {
+            *f = Field::U64(crafted);
+        }
+    }
+    let payload = dump::encode(&p);
+    let r = s.call(&[b"RESTORE", key.as_bytes(), b"0", &payload, b"REPLACE"]);
+    assert_eq!(r, Resp::Simple("OK".into()), "RESTORE of the crafted {key}");
+    crafted
+}
+
+/// A WLOCK on `port` answered with a token, retried while grants are held (nil) for up to
+/// `limit`.
+fn wlock_eventually(port: u16, key: &str, owner: &str, limit: Duration) -> i64 {
+    let start = Instant::now();
+    loop {
+        let r = Sock::connect(port).cmd(&["RWLOCK.WLOCK", key, owner, "60000"]);
+        match r {
+            Resp::Int(t) => return t,
+            Resp::Nil if start.elapsed() < limit => sleep(Duration::from_millis(50)),
+            other => panic!(
+                "WLOCK {key} on {port}: {other:?} after {:?}",
+                start.elapsed()
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_released_keys_tokens_rise_after_its_slot_moves() {
+    let cluster = Cluster::start();
+    let ahead = 1_000_000_000_000; // about 1000 s of tokens
+    for (tag, during) in [("after", false), ("during", true)] {
+        let key = format!("{{{tag}}}");
+        let src = cluster.owner_of(&key);
+        let dst = cluster
+            .masters()
+            .into_iter()
+            .find(|n| n.id != src.id)
+            .unwrap();
+        let mut s = Sock::connect(src.port);
+        let t = token(&s.cmd(&["RWLOCK.WLOCK", &key, "a", "60000"]));
+        let last = push_tokens_ahead(src.port, &key, t, ahead);
+        let slot = cluster.slot_of(&key);
+        if during {
+            // Released on the source while its slot migrates: nothing of it is left to move.
+            cluster.begin_migration(slot, &src, &dst);
+            assert_eq!(s.cmd(&["RWLOCK.UNLOCK", &key, "a"]), Resp::Int(1));
+            // The source sends new grants on it to the target, which holds them while the
+            // source may still issue tokens on the slot.
+            let asked = s.cmd(&["RWLOCK.WLOCK", &key, "b", "60000"]);
+            assert_eq!(error_code(&asked), "ASK", "{asked:?}");
+            let mut d = Sock::connect(dst.port);
+            d.cmd(&["ASKING"]);
+            let held = d.cmd(&["RWLOCK.WLOCK", &key, "b", "60000"]);
+            assert!(
+                held.is_nil() || matches!(held, Resp::Int(t) if t as u64 > last),
+                "a grant on the importing slot below the source's last token {last}: {held:?}"
+            );
+        } else {
+            assert_eq!(s.cmd(&["RWLOCK.UNLOCK", &key, "a"]), Resp::Int(1));
+            cluster.begin_migration(slot, &src, &dst);
+        }
+        cluster.finish_migration(slot, &dst);
+        let next = wlock_eventually(dst.port, &key, "c", Duration::from_secs(15));
+        assert!(
+            next as u64 > last,
+            "{tag}: the target's first token {next} is not above the source's last {last}"
+        );
+    }
 }

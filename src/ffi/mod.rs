@@ -6,6 +6,7 @@
 pub mod args;
 pub mod block;
 pub mod call;
+pub mod cluster;
 pub mod command;
 pub mod ctx;
 pub mod getkeys;

@@ -58,12 +58,19 @@ impl Cluster {
 
     /// As [`Cluster::start`], every node with `opts` besides the cluster settings.
     pub fn start_with(opts: Options) -> Cluster {
-        let opts = opts
-            .arg("cluster-enabled", "yes")
-            .arg("cluster-config-file", "nodes.conf")
-            .arg("cluster-node-timeout", "3000")
-            .arg("appendonly", "no");
-        let nodes: Vec<Server> = (0..6).map(|_| Server::with(opts.clone())).collect();
+        Cluster::start_each(vec![opts; 6])
+    }
+
+    /// As [`Cluster::start`], node `i` with `opts[i]` besides the cluster settings (6 nodes;
+    /// `redis-cli --cluster create` makes the first three masters).
+    pub fn start_each(opts: Vec<Options>) -> Cluster {
+        let cluster = |o: Options| {
+            o.arg("cluster-enabled", "yes")
+                .arg("cluster-config-file", "nodes.conf")
+                .arg("cluster-node-timeout", "3000")
+                .arg("appendonly", "no")
+        };
+        let nodes: Vec<Server> = opts.into_iter().map(|o| Server::with(cluster(o))).collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for n in &nodes {
@@ -254,5 +261,37 @@ impl Cluster {
                 })
             },
         );
+    }
+}
+
+/// The hash slot of `key` (CRC16/XMODEM of the key or its hash tag, modulo 16384), as
+/// `CLUSTER KEYSLOT` answers, without asking a server.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|b| *b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|b| *b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let crc = tagged.unwrap_or(key).iter().fold(0u16, |mut crc, b| {
+        crc ^= u16::from(*b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+        crc
+    });
+    crc & 16383
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn key_slots_match_redis() {
+        assert_eq!(super::key_slot(b"foo"), 12182);
+        assert_eq!(super::key_slot(b"{user1000}.following"), 3443);
+        assert_eq!(super::key_slot(b"foo{}{bar}"), 8363);
     }
 }

@@ -8,7 +8,8 @@
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
 #   make bench  the side-by-side benchmark: the module vs. the SET NX PX floor, the seed's Lua design and
 #               the lock libraries (rslock; redis-py, python-redis-lock, redis-rw-lock in tmp/bench-venv)
-#   make torture  the failover torture test, both configurations (about 3 minutes; figures in the README)
+#   make torture  the failover torture tests: Sentinel, both configurations (about 3 minutes), then
+#                 Redis Cluster (reshards, failovers, a skewed clock; about 2.5 minutes); figures in the README
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make lint   rustfmt check and clippy on every crate and target, warnings denied (CI runs it)
 #   make deps   install what a fresh Debian machine lacks
@@ -57,9 +58,11 @@ bench: build
 
 # Sentinel failovers under contention (torture/): records in tmp/torture/. The short version
 # is torture/tests/short.rs, part of `make test`. REDIS_LEASE_TORTURE_SECS and
-# REDIS_LEASE_TORTURE_FAILOVERS shorten or lengthen it (torture/src/main.rs).
+# REDIS_LEASE_TORTURE_FAILOVERS shorten or lengthen it (torture/src/main.rs). The cluster run
+# (torture/src/cluster/, short version torture/tests/cluster_short.rs): REDIS_LEASE_CLUSTER_TORTURE_SECS.
 torture: build
-	$(CARGO) run --release -p redis-lease-torture
+	$(CARGO) run --release -p redis-lease-torture --bin redis-lease-torture
+	$(CARGO) run --release -p redis-lease-torture --bin cluster-torture
 
 cluster: build
 	scripts/cluster.sh start 7000

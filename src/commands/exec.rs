@@ -113,6 +113,9 @@ pub fn exec(ctx: &Ctx, args: &Args) -> Outcome {
         declare_keys(ctx, args);
         return Ok(Reply::Written);
     }
+    // A writable replica (`replica-read-only no`) must not run fenced writes its master never
+    // sees: it would diverge.
+    super::writable(ctx)?;
     let t = match parse::integer(args.bytes(2)) {
         Some(t) if t >= 1 => t as u64,
         _ => {

@@ -9,6 +9,7 @@ pub mod call;
 pub mod cluster;
 pub mod command;
 pub mod ctx;
+pub mod docs;
 pub mod getkeys;
 pub mod guard;
 pub mod info;

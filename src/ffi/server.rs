@@ -33,6 +33,11 @@ pub struct Handlers {
     pub evicted: fn(&Ctx, RStr),
     /// The server's cron ran; it runs `hz` times a second.
     pub cron: fn(&Ctx, i32),
+    /// The event loop is about to sleep, or woke up (Redis 7.0+): the server is running.
+    pub turn: fn(&Ctx),
+    /// This server just forked a child (an RDB save, an AOF rewrite, a full sync); runs in
+    /// the parent, after an AOF rewrite opened its new incremental file.
+    pub forked: fn(&Ctx),
 }
 
 static HANDLERS: OnceLock<Handlers> = OnceLock::new();
@@ -72,6 +77,8 @@ pub fn init(ctx: &Ctx, h: Handlers) -> Result<(), String> {
     )?;
     subscribe(ctx, raw::REDISMODULE_EVENT_LOADING, Some(on_loading))?;
     subscribe(ctx, raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))?;
+    subscribe(ctx, raw::REDISMODULE_EVENT_EVENTLOOP, Some(on_turn))?;
+    subscribe(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_fork))?;
     let types = (raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
     // SAFETY: called while loading; the callback is a plain function.
     let rc =
@@ -164,6 +171,51 @@ extern "C" fn on_cron(
             (h.cron)(&ctx, hz);
         }
     });
+}
+
+extern "C" fn on_turn(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    _data: *mut c_void,
+) {
+    guard::callback("the event loop event", || {
+        // SAFETY: the callback's context.
+        if let (Some(h), Some(ctx)) = (handlers(), unsafe { event_ctx(ctx) }) {
+            (h.turn)(&ctx);
+        }
+    });
+}
+
+extern "C" fn on_fork(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+        return;
+    }
+    guard::callback("the fork event", || {
+        // SAFETY: the callback's context.
+        if let (Some(h), Some(ctx)) = (handlers(), unsafe { event_ctx(ctx) }) {
+            (h.forked)(&ctx);
+        }
+    });
+}
+
+/// The server's monotonic clock in ms (`RedisModule_MonotonicMicroseconds`): local durations
+/// (the stall check) must not follow steps of the wall clock.
+pub fn monotonic_ms() -> u64 {
+    match super::api_opt!(RedisModule_MonotonicMicroseconds) {
+        // SAFETY: a plain function of the server, with no arguments.
+        Some(f) => (unsafe { f() }) / 1000,
+        None => {
+            static START: OnceLock<std::time::Instant> = OnceLock::new();
+            let start = START.get_or_init(std::time::Instant::now);
+            start.elapsed().as_millis() as u64 + 1
+        }
+    }
 }
 
 extern "C" fn on_loading(

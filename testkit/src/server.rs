@@ -39,7 +39,7 @@ pub struct Options {
     pub module_args: Vec<String>,
     /// Start without the module.
     pub no_module: bool,
-    /// Extra environment of the server process (e.g. `LD_PRELOAD` for a clock shim).
+    /// Extra environment variables for the server process (e.g. `LD_PRELOAD` for a shim).
     pub env: Vec<(String, String)>,
 }
 

@@ -1,8 +1,9 @@
 //! The cluster torture run (`make torture`; a short run in `cargo test`): a 3+3 Redis Cluster
 //! on loopback, quarantine on, one master's wall clock shifted by an LD_PRELOAD shim
 //! ([`skew`]). Workers ([`workers`]) hold fenced leases on lock keys that sit in the lowest
-//! slot of each master, two workers per lock, each section appending its token to the lock's
-//! log key with LEASE.EXEC; the injector ([`faults`]) meanwhile moves those slots between
+//! slot of each master, two workers per contended lock and one on a lock mostly left free
+//! (no key: only the token floor carries its tokens across a move), each section appending
+//! its token to the lock's log key with LEASE.EXEC; the injector ([`faults`]) meanwhile moves those slots between
 //! masters with `redis-cli --cluster reshard` (with filler keys, so the lock and log keys can
 //! travel in different batches), fails masters over with CLUSTER FAILOVER and kill -9 (never
 //! the skewed one), and brings killed nodes back. Then [`analyse`] counts overlapping
@@ -265,6 +266,7 @@ pub fn run(c: &Config) -> Report {
         }
         locks.push(format!("{{{tag}}}.a"));
         locks.push(format!("{{{tag}}}.b"));
+        locks.push(format!("{{{tag}}}.idle"));
     }
     let plan = Plan {
         urls: cluster.urls(),
@@ -281,11 +283,16 @@ pub fn run(c: &Config) -> Report {
         stop: AtomicBool::new(false),
     });
     let mut threads = Vec::new();
-    for l in 0..locks.len() {
-        for w in 0..2 {
+    for (l, name) in locks.iter().enumerate() {
+        let (n, pause) = if name.ends_with(".idle") {
+            (1, (150, 400))
+        } else {
+            (2, (0, 30))
+        };
+        for w in 0..n {
             let (p, s) = (plan.clone(), shared.clone());
             threads.push(std::thread::spawn(move || {
-                workers::work(p, l, l * 2 + w, s)
+                workers::work(p, l, l * 2 + w, pause, s)
             }));
         }
     }

@@ -75,8 +75,10 @@ fn count_error(c: &Counts, e: &redis::RedisError) {
     }
 }
 
-/// One worker's loop, until `stop`.
-pub fn work(plan: Plan, lock: usize, worker: usize, shared: Arc<Shared>) {
+/// One worker's loop, until `stop`; `pause` between sections (ms, a range): short for the
+/// contended locks, long for a lock left without a holder (so no key) most of the time, whose
+/// tokens only the floor carries across a move.
+pub fn work(plan: Plan, lock: usize, worker: usize, pause: (u64, u64), shared: Arc<Shared>) {
     let mut conn = connect(&plan);
     let key = &plan.locks[lock];
     let log = log_key(key);
@@ -148,7 +150,7 @@ pub fn work(plan: Plan, lock: usize, worker: usize, shared: Arc<Shared>) {
         {
             count_error(&shared.counts, &e);
         }
-        sleep(Duration::from_millis(rng.random_range(0..30)));
+        sleep(Duration::from_millis(rng.random_range(pause.0..pause.1)));
     }
 }
 

@@ -65,6 +65,11 @@ pub fn write(out: &mut Section) {
     }
     out.float(c"wait_ms_avg", avg);
     out.text(c"acl_categories", acl_categories());
+    // 1 where the server skips the command lookup of RM_Replicate (Valkey 8.1+).
+    out.int(
+        c"skip_command_validation",
+        i64::from(crate::ffi::server::skipping_command_validation()),
+    );
 }
 
 /// The ACL categories the module's commands are in on this server: `unavailable` (Redis

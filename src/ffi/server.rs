@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use super::ctx::Ctx;
 use super::string::RStr;
-use super::{api, guard};
+use super::{api, api_opt, guard};
 
 /// Where data loading stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,16 +57,61 @@ fn subscribe(ctx: &Ctx, id: u64, cb: raw::RedisModuleEventCallback) -> Result<()
     }
 }
 
+/// Valkey 8.1+'s `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION`: RM_Replicate and RM_EmitAOF
+/// skip looking the command name up. Redis gives the bit no such meaning (and may give it
+/// another), so it is set only on a Valkey that has it.
+const VALKEY_SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
+
+static SKIPS_VALIDATION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the module set Valkey's skip-command-validation option (for INFO).
+pub fn skipping_command_validation() -> bool {
+    SKIPS_VALIDATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether this server is Valkey 8.1 or later (`valkey_version` in INFO server).
+fn skips_command_validation(ctx: &Ctx) -> bool {
+    let (Some(get), Some(field), Some(free)) = (
+        api_opt!(RedisModule_GetServerInfo),
+        api_opt!(RedisModule_ServerInfoGetFieldC),
+        api_opt!(RedisModule_FreeServerInfo),
+    ) else {
+        return false;
+    };
+    // SAFETY: called while loading, on the main thread; the info data is freed before
+    // returning and the field's text is copied out before that.
+    let version = unsafe {
+        let info = get(ctx.raw(), c"server".as_ptr());
+        if info.is_null() {
+            return false;
+        }
+        let v = field(info, c"valkey_version".as_ptr());
+        let out =
+            (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned());
+        free(ctx.raw(), info);
+        out
+    };
+    let Some(v) = version else { return false };
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (8, 1)
+}
+
 /// Sets the module options and subscribes `h` to every event it handles.
 pub fn init(ctx: &Ctx, h: Handlers) -> Result<(), String> {
+    let mut options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int;
+    if skips_command_validation(ctx) {
+        options |= VALKEY_SKIP_COMMAND_VALIDATION;
+    }
     // SAFETY: called while loading. HANDLE_IO_ERRORS makes a bad payload a load error (the
     // data-type callbacks check every read) instead of stopping the server.
     unsafe {
-        api!(RedisModule_SetModuleOptions)(
-            ctx.raw(),
-            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int,
-        );
+        api!(RedisModule_SetModuleOptions)(ctx.raw(), options);
     }
+    SKIPS_VALIDATION.store(
+        options & VALKEY_SKIP_COMMAND_VALIDATION != 0,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let _ = HANDLERS.set(h);
     subscribe(ctx, raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush))?;
     subscribe(ctx, raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb))?;

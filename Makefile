@@ -10,7 +10,8 @@
 #   make bench  the side-by-side benchmark: the module vs. the SET NX PX floor, the seed's Lua design and
 #               the lock libraries (rslock; redis-py, python-redis-lock, redis-rw-lock in tmp/bench-venv);
 #               then the Node client against redlock v5 (node/bench/redlock.mjs: hand-off and lapse)
-#   make torture  the failover torture test, both configurations (about 3 minutes; figures in the README)
+#   make torture  the failover torture tests: Sentinel, both configurations (about 3 minutes), then
+#                 Redis Cluster (reshards, failovers, a skewed clock; about 2.5 minutes); figures in the README
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make lint   rustfmt check and clippy on every crate and target, warnings denied; tsc --strict
 #               and eslint on the Node client (CI runs it)
@@ -68,9 +69,11 @@ bench: build
 
 # Sentinel failovers under contention (torture/): records in tmp/torture/. The short version
 # is torture/tests/short.rs, part of `make test`. REDIS_LEASE_TORTURE_SECS and
-# REDIS_LEASE_TORTURE_FAILOVERS shorten or lengthen it (torture/src/main.rs).
+# REDIS_LEASE_TORTURE_FAILOVERS shorten or lengthen it (torture/src/main.rs). The cluster run
+# (torture/src/cluster/, short version torture/tests/cluster_short.rs): REDIS_LEASE_CLUSTER_TORTURE_SECS.
 torture: build
-	$(CARGO) run --release -p redis-lease-torture
+	$(CARGO) run --release -p redis-lease-torture --bin redis-lease-torture
+	$(CARGO) run --release -p redis-lease-torture --bin cluster-torture
 
 cluster: build
 	scripts/cluster.sh start 7000

@@ -242,7 +242,7 @@ fn run<K: Keyed, T>(
     // the wall clock hints at a stall: each turn of the event loop checks it anyway).
     let (mut tokens, mut quiet, cancels, suspect) = state::with(move |s| {
         let suspect = holdback::suspect(s, now);
-        let quiet = s.quarantine_until == 0 && s.evicted.is_empty();
+        let quiet = s.quarantine_until == 0 && s.evicted.is_empty() && crate::floor::none_held();
         (s.tokens, quiet, s.waiters.take_cancels_of(slot), suspect)
     });
     let stall = suspect.then(|| {

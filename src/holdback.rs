@@ -69,10 +69,12 @@ fn no_lobby() -> bool {
 /// the wall clock lengthens or revives it; an evicted lease's end is absolute, as leases are.
 pub fn held_until(db: i32, name: &[u8]) -> Option<Ms> {
     let (wall, mono) = (now_ms(), monotonic_ms());
+    let floor = crate::floor::held_until(name, wall);
     let name: Box<[u8]> = name.into();
     state::with(move |s| {
         let q = s.quarantine_until.saturating_sub(mono);
         let mut until = (q > 0).then(|| wall.saturating_add(q));
+        until = until.max(floor);
         if !s.evicted.is_empty() {
             if let Some(e) = s.evicted.get(&(db, name)) {
                 if e.until > wall {
@@ -95,6 +97,9 @@ pub fn grants(db: i32, name: &[u8]) -> Grants {
         }
         s.quarantine_until == 0 && s.evicted.is_empty()
     });
+    if crate::floor::holds(name) {
+        return Grants::Held;
+    }
     if quiet || held_until(db, name).is_none() {
         Grants::Open
     } else {

@@ -28,7 +28,7 @@ pub fn write(out: &mut Section) {
     } else {
         0.0
     };
-    let ints: [(&CStr, u64); 27] = [
+    let ints: [(&CStr, u64); 30] = [
         (c"keys", state::keys().max(0) as u64),
         (c"holders", state::holders().max(0) as u64),
         (c"waiters", waiting as u64),
@@ -55,6 +55,9 @@ pub fn write(out: &mut Section) {
         (c"lobby_waiters", holdback::waiting() as u64),
         (c"evictions", s.evictions),
         (c"stalls", s.stalls),
+        (c"floor_held_slots", crate::floor::held_slots() as u64),
+        (c"floor_holds_ended", s.floor_holds_ended),
+        (c"floor_holds_expired", s.floor_holds_expired),
         (
             c"evicted_holdbacks",
             state::with(move |s| s.evicted.values().filter(|e| e.until > now).count()) as u64,

@@ -11,7 +11,8 @@
 //! 2. the C API: `ffi` (every raw `RedisModule_*` call);
 //! 3. services: `schedule` (the key index and the timer), `waiters` (parked clients),
 //!    `ended` (hold times, the lapse log),
-//!    `holdback` (quarantine, evicted leases, the lobby), `orphans`;
+//!    `holdback` (quarantine, evicted leases, the lobby), `floor` (token floors in a Cluster),
+//!    `orphans`;
 //! 4. `commit` (the one commit path: run the core, make Redis agree), `visit`;
 //! 5. entry points: `commands`, `apply`, `timer`, `reopen`, `datatype`, `events`, `info`,
 //!    `table`;
@@ -39,6 +40,7 @@ mod wire;
 mod ffi;
 
 mod ended;
+mod floor;
 mod holdback;
 mod orphans;
 mod schedule;
@@ -75,7 +77,9 @@ mod module {
         timer::init(&ctx);
         schedule::init(crate::timer::fire);
         info::register(&ctx, crate::info::write);
-        let done = table::register(&ctx).and_then(|()| server::init(&ctx, events::handlers()));
+        let done = table::register(&ctx)
+            .and_then(|()| server::init(&ctx, events::handlers()))
+            .and_then(|()| crate::floor::init(&ctx));
         if let Err(e) = done {
             log_warning(&format!("lease: {e}"));
             return Status::Err;

@@ -41,6 +41,10 @@ pub struct Stats {
     /// Times the server was found to have stopped running (SIGSTOP, a paused VM, a long
     /// blocking command, a forward clock step) for longer than the stall bound.
     pub stalls: u64,
+    /// Grants held on an importing slot that opened when its source's token mark arrived,
+    /// and that opened after waiting the longest (no mark came).
+    pub floor_holds_ended: u64,
+    pub floor_holds_expired: u64,
 }
 
 impl Stats {

@@ -137,6 +137,10 @@ const READS: &[KeySpec] = &[KeySpec {
     keys: Keys::At(1),
     access: Access::Read,
 }];
+const EXEC_KEYS: &[KeySpec] = &[KeySpec {
+    keys: Keys::At(1),
+    access: Access::ReadAndDeclared,
+}];
 
 use Reach::{Internal, Public};
 
@@ -185,8 +189,9 @@ pub static COMMANDS: &[Spec] = &[
     spec!(c"semaphore.info", semaphore::info, c"readonly fast", READ, READS, c"read fast", Public,
         c"Shows the limit, permits used, holders, queue (up to 100 waiters), waiters and last token of a semaphore.",
         c"O(N + M) where N is the number of holders and M the number of waiters (at most 100 shown)"),
-    // The lock key is only read; the command's own keys are checked when it runs.
-    spec!(c"lease.exec", exec::exec, c"write", EXEC, READS, c"write slow", Public,
+    // The lock key is only read; the keys of the command it runs are declared by its
+    // getkeys-api (`commands::exec::declare_keys`), so Redis routes and checks them too.
+    spec!(c"lease.exec", exec::exec, c"write getkeys-api", EXEC, EXEC_KEYS, c"write slow", Public,
         c"Runs a command only while the hold with the given token is live on the key, atomically with the check (a write fenced inside Redis).",
         c"O(1) plus the command's own complexity"),
     // As Redis's own replication commands: for admins only, and hidden where Redis can.

@@ -45,9 +45,10 @@ class LeaderElector:
         renew_every: Optional[float] = None,
         retry: Optional[RetryPolicy] = None,
         command_timeout: float = 2.0,
+        raise_on_lost: bool = True,
     ) -> None:
         self.connector = Connector.of(client)
-        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout)
+        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout, raise_on_lost)
         #: The caller's candidate id; None: a fresh UUIDv4 per campaign (per Leadership).
         self.candidate: Optional[str] = candidate
 

@@ -8,9 +8,24 @@
         guard.token, guard.lost   # lost is an asyncio.Event
 """
 
-from ..errors import Deadlock, Fenced, LeaseError, LeaseLost, LockGone, LossReason, NotAcquired, ProtocolError, Unavailable
+from ..errors import (
+    Deadlock,
+    Fenced,
+    LeaseError,
+    LeaseLost,
+    LimitMismatch,
+    LockGone,
+    LossReason,
+    ModuleNotLoaded,
+    NotAcquired,
+    PermitsMismatch,
+    ProtocolError,
+    TtlTooLong,
+    Unavailable,
+)
 from ..replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
 from ..retry import RetryPolicy
+from ..timing import LeaseTiming
 from .connector import Connector
 from .guards import Acquiring, Guard, Leadership, LockGuard, SemaphoreGuard
 from .leader import LeaderElector, LeaderObserver, current_leader
@@ -30,17 +45,22 @@ __all__ = [
     "Leadership",
     "LeaseError",
     "LeaseLost",
+    "LeaseTiming",
+    "LimitMismatch",
     "LockGone",
     "LockGuard",
     "LockInfo",
     "LossReason",
+    "ModuleNotLoaded",
     "NotAcquired",
+    "PermitsMismatch",
     "ProtocolError",
     "RetryPolicy",
     "RwLock",
     "Semaphore",
     "SemaphoreGuard",
     "SemaphoreInfo",
+    "TtlTooLong",
     "Unavailable",
     "current_leader",
 ]

@@ -14,6 +14,7 @@ from redis import exceptions as rx
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
+from ..errors import typed_reply_error
 from ..protocol import Call, Failed, Machine, Sleep
 from ..routing import Address, keyspace_channel, redirection, tuned_kwargs
 
@@ -179,7 +180,7 @@ class Connector:
             value = await asyncio.wait_for(conn.read_response(), left())
         except rx.ResponseError as e:
             await self._put(addr, conn)
-            return Failed(e)
+            return Failed(typed_reply_error(e, f"{conn.host}:{conn.port}", call.args))
         except (rx.RedisError, OSError, asyncio.TimeoutError) as e:
             # A connection that timed out may still have the request parked in the server:
             # closing it makes the server drop the waiter.

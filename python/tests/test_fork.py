@@ -12,7 +12,6 @@ from typing import Dict, List
 
 import pytest
 import redis
-
 from redis_lease import RwLock
 from servers import Server
 

@@ -10,7 +10,6 @@ from typing import List, Optional
 import pytest
 import redis
 import redis.asyncio as aredis
-
 from redis_lease import LimitMismatch, LossReason, NotAcquired, RetryPolicy, Semaphore, SemaphoreGuard
 from redis_lease import asyncio as alease
 from servers import Server

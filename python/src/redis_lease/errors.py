@@ -142,8 +142,10 @@ def typed_reply_error(err: Exception, where: str, args: tuple = ()) -> Exception
         body = text[4:] if code == "ERR" else text
     else:
         body = text
-    if body.startswith("unknown command") and args and str(args[0]).upper().split(".")[0] in (
-        "RWLOCK", "LEADER", "SEMAPHORE", "LEASE"
+    if (
+        body.startswith("unknown command")
+        and args
+        and str(args[0]).upper().split(".")[0] in ("RWLOCK", "LEADER", "SEMAPHORE", "LEASE")
     ):
         return ModuleNotLoaded(where, text)
     if body.startswith("ttl must be"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import queue
 import threading
@@ -236,7 +235,9 @@ class Guard:
             return False  # a forked child's copy: the hold is the parent's
         n = 0
         for _ in range(1 if self._sweep else self._holds):
-            n += self._conn.run(protocol.release(self._kind, self._sweep, self._spec.release_policy(), self._spec.command_timeout))
+            n += self._conn.run(
+                protocol.release(self._kind, self._sweep, self._spec.release_policy(), self._spec.command_timeout)
+            )
         return n > 0
 
     def abandon(self) -> None:
@@ -284,8 +285,7 @@ class Guard:
         if lost and et is None and self.raise_on_lost:
             raise LeaseLost(
                 self._state.reason or LossReason.FAILED,
-                f"the lease on {self.key!r} (token {self.token}) was lost during the with block: "
-                f"{self._state.reason}",
+                f"the lease on {self.key!r} (token {self.token}) was lost during the with block: {self._state.reason}",
             )
 
     def __del__(self) -> None:
@@ -325,7 +325,9 @@ class LockGuard(Guard):
             return True
         self.check()
         kind = protocol.lock_kind(self.key, self.owner, "write", self._spec.timing.ttl_ms, self._kind.generated)
-        acq = protocol.Acquisition(kind, self._spec.timing, self._spec.retry, self._spec.command_timeout, check_timeout(timeout))
+        acq = protocol.Acquisition(
+            kind, self._spec.timing, self._spec.retry, self._spec.command_timeout, check_timeout(timeout)
+        )
         try:
             grant = self._conn.run(acq.run())
         except BaseException:

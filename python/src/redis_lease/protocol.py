@@ -187,7 +187,9 @@ def renew_once(
         if isinstance(r, Failed):
             f = classify(r.error, r.sent)
             if isinstance(f, Transient):
-                _log.warning("redis-lease: renewing %r failed, retrying until the lease would lapse: %s", args[1], f.error)
+                _log.warning(
+                    "redis-lease: renewing %r failed, retrying until the lease would lapse: %s", args[1], f.error
+                )
                 d = backoff.next_delay(valid_until)
                 if d is None:
                     return LossReason.EXPIRED
@@ -384,7 +386,9 @@ class Acquisition:
         return (yield from renew_once(self.kind.renew, until, self.policy, self.command_timeout, self.now))
 
 
-def release(kind: Kind, sweep: bool, policy: RetryPolicy, command_timeout: float, now: Clock = time.monotonic) -> Machine[int]:
+def release(
+    kind: Kind, sweep: bool, policy: RetryPolicy, command_timeout: float, now: Clock = time.monotonic
+) -> Machine[int]:
     """Releases: one request, or (``sweep``) until the server answers 0, at most 64 times.
     Answers how many holds were released."""
     released = 0

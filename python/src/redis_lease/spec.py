@@ -52,7 +52,14 @@ class Spec:
             raise ValueError("owner must be a non-empty string")
         if not command_timeout > 0:
             raise ValueError("command_timeout must be positive")
-        return cls(key, LeaseTiming.of(ttl, renew_every), retry or RetryPolicy(), float(command_timeout), owner, bool(raise_on_lost))
+        return cls(
+            key,
+            LeaseTiming.of(ttl, renew_every),
+            retry or RetryPolicy(),
+            float(command_timeout),
+            owner,
+            bool(raise_on_lost),
+        )
 
     def owner_id(self) -> Tuple[str, bool]:
         """The owner for one grant, and whether it is ours alone (generated)."""

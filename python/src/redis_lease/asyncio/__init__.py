@@ -1,11 +1,11 @@
 """The same API as :mod:`redis_lease`, on ``redis.asyncio``::
 
-    import redis.asyncio as redis
-    from redis_lease.asyncio import RwLock
+import redis.asyncio as redis
+from redis_lease.asyncio import RwLock
 
-    lock = RwLock(redis.Redis(), "orders", ttl=5.0)
-    async with lock.write(timeout=10.0) as guard:
-        guard.token, guard.lost   # lost is an asyncio.Event
+lock = RwLock(redis.Redis(), "orders", ttl=5.0)
+async with lock.write(timeout=10.0) as guard:
+    guard.token, guard.lost   # lost is an asyncio.Event
 """
 
 from ..errors import (

@@ -30,7 +30,6 @@ class Connector:
     """Connections of this package's own (see :class:`redis_lease.Connector`), on asyncio.
     Use it from one event loop."""
 
-
     def __init__(self, client: Any, command_timeout: float = 2.0) -> None:
         if isinstance(client, Connector):
             raise TypeError("already a Connector")
@@ -162,7 +161,9 @@ class Connector:
             await asyncio.wait_for(conn.connect(), bound)
         except (rx.RedisError, OSError, asyncio.TimeoutError) as e:
             await conn.disconnect(nowait=True)
-            return Failed(rx.TimeoutError("connect timed out") if isinstance(e, asyncio.TimeoutError) else e, sent=False)
+            return Failed(
+                rx.TimeoutError("connect timed out") if isinstance(e, asyncio.TimeoutError) else e, sent=False
+            )
         except BaseException:
             await conn.disconnect(nowait=True)
             raise

@@ -106,7 +106,9 @@ class Guard:
         self.raise_on_lost: bool = spec.raise_on_lost
         self._holds = 1  # holds of this guard's owner on the server (2 after an upgrade)
         self._state = LeaseState(spec.timing.valid_until(grant.sent), spec.key, grant.token)
-        dog = protocol.watchdog(kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish)
+        dog = protocol.watchdog(
+            kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish
+        )
         self._task = spawn(_watch(conn, dog, self._state))
 
     @property
@@ -265,7 +267,9 @@ class LockGuard(Guard):
             return True
         self.check()
         kind = protocol.lock_kind(self.key, self.owner, "write", self._spec.timing.ttl_ms, self._kind.generated)
-        acq = protocol.Acquisition(kind, self._spec.timing, self._spec.retry, self._spec.command_timeout, check_timeout(timeout))
+        acq = protocol.Acquisition(
+            kind, self._spec.timing, self._spec.retry, self._spec.command_timeout, check_timeout(timeout)
+        )
         try:
             grant = await self._conn.run(acq.run())
         except BaseException:

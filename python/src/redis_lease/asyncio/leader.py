@@ -52,7 +52,11 @@ class LeaderElector:
     async def campaign(self, timeout: Optional[float] = None) -> Optional[Leadership]:
         kind = self.spec.leader_kind()
         return await acquire(
-            self.connector, self.spec, kind, check_timeout(timeout), lambda g: Leadership(self.connector, self.spec, kind, g)
+            self.connector,
+            self.spec,
+            kind,
+            check_timeout(timeout),
+            lambda g: Leadership(self.connector, self.spec, kind, g),
         )
 
     def leadership(self, timeout: Optional[float] = None) -> Acquiring[Leadership]:
@@ -88,7 +92,9 @@ class LeaderObserver:
     """Follows who leads an election without polling (see :class:`redis_lease.LeaderObserver`).
     Start it with ``await LeaderObserver.start(r, key)`` (or ``async with``)."""
 
-    def __init__(self, connector: Connector, key: Any, configure: bool, retry: RetryPolicy, command_timeout: float) -> None:
+    def __init__(
+        self, connector: Connector, key: Any, configure: bool, retry: RetryPolicy, command_timeout: float
+    ) -> None:
         self.connector = connector
         self.key = key
         self._configure = configure
@@ -159,7 +165,9 @@ class LeaderObserver:
     async def __aenter__(self) -> "LeaderObserver":
         return self
 
-    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+    async def __aexit__(
+        self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         await self.close()
 
     async def _subscribe(self) -> Any:

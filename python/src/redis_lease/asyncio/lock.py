@@ -44,7 +44,11 @@ class RwLock:
         once). Answers None if not granted in time."""
         kind = self.spec.lock_kind(mode)
         return await acquire(
-            self.connector, self.spec, kind, check_timeout(timeout), lambda g: LockGuard(self.connector, self.spec, kind, g, mode)
+            self.connector,
+            self.spec,
+            kind,
+            check_timeout(timeout),
+            lambda g: LockGuard(self.connector, self.spec, kind, g, mode),
         )
 
     async def _must(self, mode: str, timeout: Optional[float]) -> LockGuard:

@@ -12,9 +12,8 @@ import urllib.parse
 from typing import Any, Dict, List, Optional
 
 import redis
-from redis.sentinel import Sentinel
-
 import redis_lease as rl
+from redis.sentinel import Sentinel
 
 _out = threading.Lock()
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = json.loads((ROOT / "conformance" / "scenarios.json").read_text())
@@ -31,8 +31,13 @@ class Driver:
     def __init__(self, client: str) -> None:
         self.client = client
         self.proc = subprocess.Popen(
-            argv(client, "driver"), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, bufsize=1,
+            argv(client, "driver"),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
         )
         self.replies: "queue.Queue[Dict[str, Any]]" = queue.Queue()
         self.events: List[Dict[str, Any]] = []
@@ -72,7 +77,9 @@ class Driver:
         try:
             msg = self.replies.get(timeout=timeout)
         except queue.Empty:
-            raise DriverError(f"{self.client} driver: no reply to request {rid} in {timeout}s; stderr: {''.join(self.stderr[-20:])}")
+            raise DriverError(
+                f"{self.client} driver: no reply to request {rid} in {timeout}s; stderr: {''.join(self.stderr[-20:])}"
+            )
         if msg.get("id") != rid:
             raise DriverError(f"{self.client} driver: reply {msg} to request {rid}")
         return msg

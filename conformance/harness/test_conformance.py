@@ -10,7 +10,6 @@ import time
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
-
 from driver import ROOT, TABLE, Driver, argv
 
 sys.path.insert(0, str(ROOT / "python" / "tests"))
@@ -80,8 +79,16 @@ def test_fork_after_use(client: str, server: Server, drivers: Callable[[str], Dr
     d.call("connect", url=server.url())
     for _ in range(s["rounds"]):
         k = key("fork", client)
-        r = d.call("fork", timeout=120, key=k, ttl_ms=s["ttl_ms"], children=s["children"], sections=s["sections"],
-                   hold_ms=s["hold_ms"], counter=k + ":inside")
+        r = d.call(
+            "fork",
+            timeout=120,
+            key=k,
+            ttl_ms=s["ttl_ms"],
+            children=s["children"],
+            sections=s["sections"],
+            hold_ms=s["hold_ms"],
+            counter=k + ":inside",
+        )
         assert r["overlaps"] == 0, f"two children inside the write lock at once: {r}"
         assert r["sections_failed"] == 0, f"sections failed: {r}"
         assert r["sections_ok"] == s["children"] * s["sections"]
@@ -108,7 +115,9 @@ def test_freeze_past_ttl(client: str, server: Server, drivers: Callable[[str], D
     w = a.call("wait_lost", handle=h["handle"], timeout_ms=3000)
     assert w["lost"] is True and w["elapsed_ms"] <= s["wait_lost_within_ms"], w
     end = a.ask("end", handle=h["handle"])
-    assert not end["ok"] and end["error"]["kind"] == "lease_lost", f"the section's end must say the hold was lost: {end}"
+    assert not end["ok"] and end["error"]["kind"] == "lease_lost", (
+        f"the section's end must say the hold was lost: {end}"
+    )
     until(5, "the on_lost event", lambda: any(e["event"] == "lost" and e["handle"] == h["handle"] for e in a.events))
     b.call("release", handle=other["handle"])
 
@@ -223,10 +232,21 @@ def test_semaphore_codes(client: str, server: Server, drivers: Callable[[str], D
     a = drivers(client)
     a.call("connect", url=server.url())
     k = key("sem", client)
-    g = a.call("acquire", kind="semaphore", key=k, ttl_ms=5000, wait_ms=0, limit=s["limit"], permits=s["permits"], owner="o1")
+    g = a.call(
+        "acquire", kind="semaphore", key=k, ttl_ms=5000, wait_ms=0, limit=s["limit"], permits=s["permits"], owner="o1"
+    )
     r = a.ask("acquire", kind="semaphore", key=k, ttl_ms=5000, wait_ms=0, limit=s["other_limit"], permits=1)
     assert not r["ok"] and r["error"]["kind"] == "limit", r
-    r = a.ask("acquire", kind="semaphore", key=k, ttl_ms=5000, wait_ms=0, limit=s["limit"], permits=s["other_permits"], owner="o1")
+    r = a.ask(
+        "acquire",
+        kind="semaphore",
+        key=k,
+        ttl_ms=5000,
+        wait_ms=0,
+        limit=s["limit"],
+        permits=s["other_permits"],
+        owner="o1",
+    )
     assert not r["ok"] and r["error"]["kind"] == "permits", r
     a.call("release", handle=g["handle"])
 
@@ -249,10 +269,21 @@ def test_sentinel_failover(client: str, drivers: Callable[[str], Driver]) -> Non
         h = a.call("acquire", kind="write", key=k, ttl_ms=s["ttl_ms"], wait_ms=5000)
         raw(master.port, "WAIT", 1, 5000)
         raw(sentinel.port, "SENTINEL", "FAILOVER", "mymaster")
-        until(30, "the sentinel to promote the replica", lambda: sentinel is not None and sentinel.master_port() == replica.port, 0.1)
+        until(
+            30,
+            "the sentinel to promote the replica",
+            lambda: sentinel is not None and sentinel.master_port() == replica.port,
+            0.1,
+        )
         # The client follows the new master: a lock on another key is granted there.
-        r = a.call("acquire", kind="write", key=k + ":other", ttl_ms=s["ttl_ms"], wait_ms=s["follow_within_ms"],
-                   timeout=s["follow_within_ms"] / 1000 + 30)
+        r = a.call(
+            "acquire",
+            kind="write",
+            key=k + ":other",
+            ttl_ms=s["ttl_ms"],
+            wait_ms=s["follow_within_ms"],
+            timeout=s["follow_within_ms"] / 1000 + 30,
+        )
         assert "handle" in r, f"a new lock through the Sentinel URL after the failover: {r}"
         # Never two holders: if another process gets the lock, the first reports the loss.
         other = b.call("acquire", kind="write", key=k, ttl_ms=s["ttl_ms"], wait_ms=0, timeout=60)

@@ -6,6 +6,7 @@ Sentinel ``master_for(...)``), and the driver that runs the generators of
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
@@ -37,6 +38,7 @@ class Connector:
         self.command_timeout = command_timeout
         self.is_cluster = isinstance(client, RedisCluster)
         self._idle: Dict[Address, List[Any]] = {}
+        self._pid = os.getpid()
         self._moved: Dict[int, Tuple[str, int]] = {}
         self._refresh = False
 
@@ -83,13 +85,24 @@ class Connector:
                 kw.pop("maint_notifications_pool_handler", None)
         return cls(**kw)
 
+    def _forked(self) -> None:
+        """In a child made by ``fork``: forgets the parent's idle connections without touching
+        them (see :class:`redis_lease.Connector`)."""
+        if self._pid != os.getpid():
+            self._idle = {}
+            self._pid = os.getpid()
+
     def _take(self, addr: Address) -> Any:
+        self._forked()
         idle = self._idle.get(addr)
         if idle:
             return idle.pop()
         return self.new_connection(addr)
 
     async def _put(self, addr: Address, conn: Any) -> None:
+        self._forked()
+        if getattr(conn, "pid", self._pid) != self._pid:
+            return  # made before a fork, in the parent: not ours to reuse or close
         idle = self._idle.setdefault(addr, [])
         if len(idle) < MAX_IDLE:
             idle.append(conn)
@@ -97,6 +110,7 @@ class Connector:
             await conn.disconnect()
 
     async def close(self) -> None:
+        self._forked()
         idle, self._idle = self._idle, {}
         for conns in idle.values():
             for c in conns:

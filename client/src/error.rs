@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::lease_status::LossReason;
+use crate::lease::status::LossReason;
 
 /// Everything that can go wrong in this crate.
 ///

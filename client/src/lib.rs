@@ -71,42 +71,29 @@
 
 mod acquire;
 pub mod blocking;
-mod client;
-mod drive;
+mod connection;
 mod error;
-mod exec;
-mod guard;
-mod held;
 mod leader;
 mod lease;
-mod lease_status;
 mod lock;
-mod lock_info;
-mod lock_key;
-mod lock_options;
-mod release;
 mod reply;
 mod retry;
 mod semaphore;
-mod semaphore_guard;
-mod semaphore_info;
-mod semaphore_key;
-mod sentinel_url;
 
 pub use acquire::Wait;
-pub use client::Client;
+pub use connection::Client;
 pub use error::{CampaignError, Error, InvalidArgument, Result};
-pub use guard::LockGuard;
 pub use leader::{
     Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
     ObserverOptions,
 };
+pub use lease::status::{LeaseStatus, LossReason};
 pub use lease::LeaseTiming;
-pub use lease_status::{LeaseStatus, LossReason};
+pub use lock::guard::LockGuard;
+pub use lock::info::{Holder, LockInfo, LockMode};
+pub use lock::options::LockOptions;
 pub use lock::RwLock;
-pub use lock_info::{Holder, LockInfo, LockMode};
-pub use lock_options::LockOptions;
 pub use retry::RetryPolicy;
+pub use semaphore::guard::SemaphoreGuard;
+pub use semaphore::info::{SemaphoreHolder, SemaphoreInfo};
 pub use semaphore::Semaphore;
-pub use semaphore_guard::SemaphoreGuard;
-pub use semaphore_info::{SemaphoreHolder, SemaphoreInfo};

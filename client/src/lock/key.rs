@@ -1,17 +1,17 @@
 //! One lock key with its options, as a lock and its guards share it: the `RWLOCK.*` requests
-//! of an owner, and what the acquisition driver ([`crate::drive`]) needs to know of
+//! of an owner, and what the acquisition driver ([`crate::acquire::drive`]) needs to know of
 //! `RWLOCK.*LOCK` and `RWLOCK.INFO`.
 
 use redis::Cmd;
 
+use crate::acquire::drive::{self, Held, Shell};
 use crate::acquire::{HoldView, Wait};
-use crate::client::Client;
-use crate::drive::{self, Held, Shell};
+use crate::connection::Client;
 use crate::error::Result;
+use crate::lease::release::{self, InflightCleanup, Release};
 use crate::lease::{Acks, LeaseTiming, Renewer};
-use crate::lock_info::{LockInfo, LockMode};
-use crate::lock_options::LockOptions;
-use crate::release::{self, InflightCleanup, Release};
+use crate::lock::info::{LockInfo, LockMode};
+use crate::lock::options::LockOptions;
 use crate::retry::{classify, Failure, RetryPolicy};
 
 /// A lock key on a client, with the lock's options: what a guard keeps of its lock.

@@ -1,19 +1,24 @@
 //! Distributed read-write locks (`RWLOCK.*`): the lock, which hands out [`LockGuard`]s.
 
+pub(crate) mod guard;
+pub(crate) mod info;
+pub(crate) mod key;
+pub(crate) mod options;
+
 use std::fmt;
 use std::time::Duration;
 
+use crate::acquire::drive::Held;
 use crate::acquire::Wait;
-use crate::client::Client;
-use crate::drive::Held;
+use crate::connection::Client;
 use crate::error::Result;
-use crate::guard::LockGuard;
-use crate::held::Lease;
+use crate::lease::held::Lease;
+use crate::lease::release::InflightCleanup;
 use crate::lease::LeaseTiming;
-use crate::lock_info::{LockInfo, LockMode};
-use crate::lock_key::LockKey;
-use crate::lock_options::LockOptions;
-use crate::release::InflightCleanup;
+use crate::lock::guard::LockGuard;
+use crate::lock::info::{LockInfo, LockMode};
+use crate::lock::key::LockKey;
+use crate::lock::options::LockOptions;
 
 /// A distributed read-write lock on one key.
 ///

@@ -12,12 +12,14 @@
 //! the lease). While an outcome is unknown, [`Acquisition::needs_cleanup`] says that an
 //! interrupted acquisition must release whatever it may have left behind.
 
+pub(crate) mod drive;
+
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
 
 use crate::error::Error;
-use crate::lease_status::LossReason;
+use crate::lease::status::LossReason;
 use crate::retry::{Backoff, Failure, RetryPolicy};
 
 /// How long an acquisition may wait for the lock.

@@ -6,15 +6,15 @@ use std::time::Instant;
 use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
 
+use crate::acquire::drive::Held;
 use crate::acquire::Wait;
-use crate::drive::Held;
 use crate::error::{Error, Result};
-use crate::exec;
-use crate::held::Lease;
-use crate::lease_status::{LeaseStatus, LossReason};
-use crate::lock_info::LockMode;
-use crate::lock_key::LockKey;
-use crate::release::{InflightCleanup, Release};
+use crate::lease::exec;
+use crate::lease::held::Lease;
+use crate::lease::release::{InflightCleanup, Release};
+use crate::lease::status::{LeaseStatus, LossReason};
+use crate::lock::info::LockMode;
+use crate::lock::key::LockKey;
 
 /// A held lock. Its watchdog renews the lease (every third of the ttl by default) for as long as
 /// the guard lives.

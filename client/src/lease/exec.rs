@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Arg, Cmd, FromRedisValue, Value};
 
-use crate::client::Client;
+use crate::connection::Client;
 use crate::error::{Error, InvalidArgument, Result};
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
 

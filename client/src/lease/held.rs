@@ -6,10 +6,10 @@ use std::time::Instant;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::client::Client;
+use crate::connection::Client;
 use crate::error::{Error, Result};
+use crate::lease::status::{LeaseStatus, LossReason};
 use crate::lease::{self, LeaseTiming, Renewer};
-use crate::lease_status::{LeaseStatus, LossReason};
 use crate::retry::RetryPolicy;
 
 /// A held lease and its running watchdog.

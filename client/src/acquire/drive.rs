@@ -10,11 +10,11 @@ use redis::{Cmd, Value};
 use crate::acquire::{
     Acquisition, Confirmation, Grant, HoldView, Outcome, Reply, ServerWait, Step, Wait,
 };
-use crate::client::Client;
+use crate::connection::Client;
 use crate::error::Result;
+use crate::lease::release::InflightCleanup;
+use crate::lease::status::LossReason;
 use crate::lease::{self, renew_once, split_acked, LeaseTiming, Renewal, Renewer};
-use crate::lease_status::LossReason;
-use crate::release::InflightCleanup;
 use crate::reply;
 use crate::retry::{classify, Failure, RetryPolicy};
 

@@ -3,7 +3,7 @@
 
 use redis::Cmd;
 
-use crate::client::Client;
+use crate::connection::Client;
 use crate::error::{Error, Result};
 use crate::reply;
 use crate::retry::RetryPolicy;

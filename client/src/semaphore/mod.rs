@@ -1,18 +1,22 @@
 //! Counting semaphores (`SEMAPHORE.*`): the semaphore, which hands out [`SemaphoreGuard`]s.
 
+pub(crate) mod guard;
+pub(crate) mod info;
+pub(crate) mod key;
+
 use std::fmt;
 use std::time::Duration;
 
 use crate::acquire::Wait;
-use crate::client::Client;
+use crate::connection::Client;
 use crate::error::{Error, InvalidArgument, Result};
-use crate::held::Lease;
+use crate::lease::held::Lease;
+use crate::lease::release::{InflightCleanup, Release};
 use crate::lease::LeaseTiming;
-use crate::lock_options::LockOptions;
-use crate::release::{InflightCleanup, Release};
-use crate::semaphore_guard::SemaphoreGuard;
-use crate::semaphore_info::SemaphoreInfo;
-use crate::semaphore_key::SemaphoreKey;
+use crate::lock::options::LockOptions;
+use crate::semaphore::guard::SemaphoreGuard;
+use crate::semaphore::info::SemaphoreInfo;
+use crate::semaphore::key::SemaphoreKey;
 
 /// The largest limit the module accepts.
 const MAX_LIMIT: u32 = (1 << 31) - 1;

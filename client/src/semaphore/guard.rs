@@ -7,10 +7,10 @@ use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::exec;
-use crate::held::Lease;
-use crate::lease_status::{LeaseStatus, LossReason};
-use crate::semaphore_key::SemaphoreKey;
+use crate::lease::exec;
+use crate::lease::held::Lease;
+use crate::lease::status::{LeaseStatus, LossReason};
+use crate::semaphore::key::SemaphoreKey;
 
 /// Permits held on a [`Semaphore`](crate::Semaphore): one hold, with its own lease and fencing token. Its
 /// watchdog renews the lease (every third of the ttl by default) for as long as the guard

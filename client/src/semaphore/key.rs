@@ -1,18 +1,18 @@
 //! One semaphore key with its limit and options, as a semaphore and its guards share it: the
-//! `SEMAPHORE.*` requests of an owner, and what the acquisition driver ([`crate::drive`]) needs
+//! `SEMAPHORE.*` requests of an owner, and what the acquisition driver ([`crate::acquire::drive`]) needs
 //! to know of `SEMAPHORE.ACQUIRE` and `SEMAPHORE.INFO`.
 
 use redis::Cmd;
 
+use crate::acquire::drive::{self, Held, Shell};
 use crate::acquire::{HoldView, Wait};
-use crate::client::Client;
-use crate::drive::{self, Held, Shell};
+use crate::connection::Client;
 use crate::error::Result;
+use crate::lease::release::{give_back, InflightCleanup, Release};
 use crate::lease::{LeaseTiming, Renewer};
-use crate::lock_options::LockOptions;
-use crate::release::{give_back, InflightCleanup, Release};
+use crate::lock::options::LockOptions;
 use crate::retry::{classify, Failure, RetryPolicy};
-use crate::semaphore_info::SemaphoreInfo;
+use crate::semaphore::info::SemaphoreInfo;
 
 /// A semaphore key on a client, with the semaphore's limit and options: what a guard keeps of
 /// its semaphore.

@@ -1,10 +1,9 @@
 //! The async entry point: one server, a master found through Redis Sentinel, or a Redis
 //! Cluster, and the connections the locks and elections use.
 
+use std::sync::Weak;
 use std::sync::{Arc, Mutex, RwLock as StdRwLock};
 use std::time::{Duration, Instant};
-
-use std::sync::Weak;
 
 use futures_util::stream::{BoxStream, StreamExt};
 use redis::aio::{
@@ -20,10 +19,10 @@ use redis::{
 };
 use tokio::sync::watch;
 
+use crate::connection::sentinel_url;
 use crate::error::{Error, InvalidArgument, Result};
 use crate::reply;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
-use crate::sentinel_url;
 
 /// How many idle dedicated connections (for blocking `WAIT` requests) are kept for reuse.
 const MAX_IDLE_DEDICATED: usize = 8;

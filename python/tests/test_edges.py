@@ -255,3 +255,41 @@ async def test_async_parity(server: Server) -> None:
                 await g2.exec("GET", "x")
     await g.release()
     await client.aclose()
+
+
+class _Jump:
+    """``time`` for redis_lease.guards, with the monotonic clock moved on by ``offset``: what a
+    process frozen (SIGSTOP) inside a wait sees when it wakes, while the watchdog has not run."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+def test_wait_lost_answers_from_the_deadline_when_a_freeze_hits_inside_it(
+    r: "redis.Redis[bytes]", monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import redis_lease.guards as guards
+
+    g = RwLock(r, "freeze-inside", ttl=1.0).write()
+    clock = _Jump()
+    monkeypatch.setattr(guards, "time", clock)
+    real = g._state.lost  # noqa: SLF001
+
+    class Frozen(threading.Event):
+        def wait(self, timeout: "float | None" = None) -> bool:
+            got = real.wait(min(timeout or 0.0, 0.05))
+            clock.offset += 5.0  # frozen here, past both the wait's end and the lease's bound
+            return got
+
+    monkeypatch.setattr(g._state, "lost", Frozen())  # noqa: SLF001
+    assert g.wait_lost(timeout=0.5) is True, "past the lease's deadline: lost, whatever the watchdog did"
+    monkeypatch.undo()
+    g.release()

@@ -91,3 +91,24 @@ def test_children_forked_after_use_never_share_the_parents_connections(server: S
     with lock.write(timeout=5.0) as g:
         assert g.held
     r.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_a_guard_inherited_by_a_child_is_the_parents(server: Server) -> None:
+    r = server.client()
+    lock = RwLock(r, "lock:fork:inherited", ttl=5.0)
+    g = lock.write(timeout=5.0)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            # The child's copy neither releases (explicitly or when collected) nor renews.
+            code = 0 if g.release() is False else 2
+            del g
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "release() in the child answered False"
+    assert g.held and [h.owner for h in lock.info().holders] == [g.owner], "the parent's hold is intact"
+    assert g.release()
+    r.close()

@@ -14,7 +14,7 @@ from redis import exceptions as rx
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from .errors import typed_reply_error
+from .errors import LeaseError, typed_reply_error
 from .protocol import Call, Failed, Machine, Sleep
 from .routing import Address, keyspace_channel, redirection, tuned_kwargs
 
@@ -182,7 +182,7 @@ class Connector:
                     else:
                         self._moved[red.slot] = (red.host, red.port)
                     continue
-                if not isinstance(r.error, rx.ResponseError):
+                if not isinstance(r.error, (rx.ResponseError, LeaseError)):  # a reply: the route was right
                     self._refresh = True
             return r
         return r

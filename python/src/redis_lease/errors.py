@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 
 class LossReason(enum.Enum):
@@ -132,32 +132,23 @@ class PermitsMismatch(LeaseError):
 _MAX_TTL = re.compile(r"from 1 to (\d+) ms")
 
 
-def typed_reply_error(err: Exception, where: str, args: tuple = ()) -> Exception:  # type: ignore[type-arg]
+def typed_reply_error(err: Exception, where: str, args: Tuple[Any, ...] = ()) -> Exception:
     """This package's error for an error reply that has one (the module not loaded, a ttl
     above the server's limit, the semaphore's LIMIT and PERMITS refusals, by their codes and
     by the wording of servers that predate the codes), else ``err`` itself."""
     text = str(err)
     code = text.split(" ", 1)[0]
-    if code == "ERR" or code == "unknown":
-        body = text[4:] if code == "ERR" else text
-    else:
-        body = text
-    if (
-        body.startswith("unknown command")
-        and args
-        and str(args[0]).upper().split(".")[0] in ("RWLOCK", "LEADER", "SEMAPHORE", "LEASE")
-    ):
+    # redis-py strips the "ERR " of most replies; a server may also send it.
+    body = text[4:] if code == "ERR" else text
+    command = str(args[0]).upper() if args else ""
+    if body.startswith("unknown command") and command.split(".")[0] in ("RWLOCK", "LEADER", "SEMAPHORE", "LEASE"):
         return ModuleNotLoaded(where, text)
     if body.startswith("ttl must be"):
         m = _MAX_TTL.search(body)
-        ttl_ms = None
-        for i, a in enumerate(args):
-            # The ttl follows the owner (RWLOCK/LEADER) or the limit (SEMAPHORE).
-            if i == (4 if str(args[0]).upper() == "SEMAPHORE.ACQUIRE" else 3):
-                try:
-                    ttl_ms = int(a)
-                except (TypeError, ValueError):
-                    ttl_ms = None
+        # The ttl follows the owner (RWLOCK.*LOCK, LEADER.CAMPAIGN, *.RENEW) or the limit
+        # (SEMAPHORE.ACQUIRE).
+        at = 4 if command == "SEMAPHORE.ACQUIRE" else 3
+        ttl_ms = int(args[at]) if len(args) > at and str(args[at]).isdigit() else None
         return TtlTooLong(text, int(m.group(1)) if m else None, ttl_ms)
     if code == "LIMIT" or body.startswith("this semaphore's limit is"):
         return LimitMismatch(text)

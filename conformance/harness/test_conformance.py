@@ -275,6 +275,15 @@ def test_sentinel_failover(client: str, drivers: Callable[[str], Driver]) -> Non
             lambda: sentinel is not None and sentinel.master_port() == replica.port,
             0.1,
         )
+        # And the old master demoted (Sentinel converts it on its next look, up to seconds
+        # later): until then two masters answer, and a client still connected to the old one
+        # renews there; only fencing tokens can tell them apart (the README's High availability).
+        until(
+            30,
+            "the old master to be demoted",
+            lambda: b"role:slave" in raw(master.port, "INFO", "replication"),  # type: ignore[operator]
+            0.1,
+        )
         # The client follows the new master: a lock on another key is granted there.
         r = a.call(
             "acquire",

@@ -433,3 +433,32 @@ def test_exec_retries_only_where_the_command_certainly_did_not_run() -> None:
     s = Script(lambda s, c: Failed(rx.ResponseError("FENCED the hold is not live")))
     with pytest.raises(Fenced):
         s.run(protocol.fenced_exec("k", 7, ("INCR", "n"), 1010.0, POLICY, 1.5, now=s.now))
+
+
+@pytest.mark.parametrize(
+    "reply, cls",
+    [
+        ("LIMIT this semaphore's limit is 3; a request must name the same limit", "LimitMismatch"),
+        ("this semaphore's limit is 3; a request must name the same limit", "LimitMismatch"),
+        ("PERMITS this owner holds 1 permits of this semaphore; release them first", "PermitsMismatch"),
+        (
+            "this owner holds 1 permits of this semaphore; release them before asking for another number",
+            "PermitsMismatch",
+        ),
+        ("unknown command 'RWLOCK.WLOCK', with args beginning with: 'k'", "ModuleNotLoaded"),
+        (
+            "ttl must be an integer from 1 to 60000 ms (lease.max-ttl, and lease.quarantine while it is set), got '5000000'",
+            "TtlTooLong",
+        ),
+    ],
+)
+def test_reply_errors_are_typed_by_code_and_by_todays_wording(reply: str, cls: str) -> None:
+    import redis_lease
+    from redis_lease.errors import typed_reply_error
+
+    args = ("SEMAPHORE.ACQUIRE", "k", "o", 3, 5000000) if "ttl" in reply else ("RWLOCK.WLOCK", "k", "o", 5000)
+    got = typed_reply_error(rx.ResponseError(reply), "127.0.0.1:6379", args)
+    assert type(got) is getattr(redis_lease, cls), got
+    if cls == "TtlTooLong":
+        assert got.max_ms == 60000 and got.ttl_ms == 5000000  # type: ignore[attr-defined]
+    assert typed_reply_error(rx.ResponseError("WRONGTYPE x"), "h:1", args).__class__ is rx.ResponseError

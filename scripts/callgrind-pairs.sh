@@ -5,13 +5,15 @@
 #   scripts/callgrind-pairs.sh [--replica] [module.so]
 # --replica attaches one replica (not under valgrind) to the measured server. The module is
 # loaded for every row, the floor's included, so the floor pays the module's keyspace-event
-# subscription as the module's pairs do. Needs valgrind, redis-server, redis-cli, python3.
+# subscription as the module's pairs do. $REDIS_SERVER picks the server (default redis-server).
+# Needs valgrind, redis-server, redis-cli, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 replica=0
 if [ "${1:-}" = "--replica" ]; then replica=1; shift; fi
 module=$(realpath "${1:-target/release/libredis_lease.so}")
 pairs=20000
+server="${REDIS_SERVER:-redis-server}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/callgrind-pairs.XXXXXX")
 pids=()
 cleanup() {
@@ -51,14 +53,14 @@ for w in floor wlock rlock campaign; do
   port=$(free_port)
   out="$work/callgrind.$w"
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    "$server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$work" --loadmodule "$module" > "$work/vg-$w.log" 2>&1 &
   vpid=$!; pids+=("$vpid")
   for _ in $(seq 150); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.2; done
   if [ "$replica" = 1 ]; then
     rport=$(free_port)
     mkdir -p "$work/replica-$w"
-    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+    "$server" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
       --dir "$work/replica-$w" --loadmodule "$module" --replicaof 127.0.0.1 "$port" \
       > "$work/replica-$w.log" 2>&1 &
     rpid=$!; pids+=("$rpid")

@@ -6,7 +6,7 @@
 use redis_lease_core::{Changes, Election, RwLock, Semaphore};
 
 use crate::commands::Outcome;
-use crate::commit::{commit, ensure_slot, Origin};
+use crate::commit::{replay, Open};
 use crate::ffi::args::Args;
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
@@ -27,43 +27,36 @@ where
         }
     }
     let name = args.get(1).ok_or(ReplyError::from("ERR missing key"))?;
-    let mut key = Key::open(ctx, name, Access::Write)
+    let key = Key::open(ctx, name, Access::Write)
         .ok_or(ReplyError::from("ERR could not open the key"))?;
-    let (v, created) = key
-        .value_or_create::<Stored<K>>(Stored::default)
-        .map_err(|_| ReplyError::from(WRONGTYPE))?;
-    if created {
-        state::count_key(1);
-    }
-    ensure_slot(v, ctx.db(), name.bytes());
-    let before = v.core.lock().holder_count();
-    let mut effects = Vec::new();
-    let mut tokens = state::with(|s| s.tokens);
-    let lock = v.core.lock_mut();
-    for op in ops {
-        match op {
-            Op::Effect(e) => {
-                lock.apply(&e, &mut tokens);
-                effects.push(e);
+    replay::<K, _>(key, Open::Create, |core, tokens| {
+        let mut effects = Vec::new();
+        let lock = core.lock_mut();
+        for op in ops {
+            match op {
+                Op::Effect(e) => {
+                    lock.apply(&e, tokens);
+                    effects.push(e);
+                }
+                Op::Hold(owner, hold) => {
+                    tokens.observe(hold.token);
+                    lock.restore(&owner, hold);
+                }
+                Op::Last(t) => {
+                    tokens.observe(t);
+                    lock.observe_token(t);
+                }
+                Op::High(t) => tokens.observe(t),
+                Op::Evicted(_) => {}
             }
-            Op::Hold(owner, hold) => {
-                tokens.observe(hold.token);
-                lock.restore(&owner, hold);
-            }
-            Op::Last(t) => {
-                tokens.observe(t);
-                lock.observe_token(t);
-            }
-            Op::High(t) => tokens.observe(t),
-            Op::Evicted(_) => {}
         }
-    }
-    state::with(move |s| s.tokens = tokens);
-    let changes = Changes {
-        effects: effects.into(),
-        ..Changes::default()
-    };
-    commit::<K>(key, before, changes, Origin::Replayed);
+        let changes = Changes {
+            effects: effects.into(),
+            ..Changes::default()
+        };
+        (changes, ())
+    })
+    .map_err(|_| ReplyError::from(WRONGTYPE))?;
     // Feed this server's own AOF (a replica's sub-replicas get the master's stream as is).
     replicate::verbatim(ctx);
     Ok(Reply::Ok)
@@ -85,6 +78,12 @@ pub fn apply(ctx: &Ctx, args: &Args) -> Outcome {
     ops.retain(|op| match op {
         Op::Evicted(until) => {
             holdback::evicted(db, name, *until, false);
+            false
+        }
+        // The server-wide mark is no key's either.
+        Op::High(t) => {
+            let t = *t;
+            state::with(move |s| s.tokens.observe(t));
             false
         }
         _ => true,

@@ -7,14 +7,17 @@
 
 use std::ffi::CStr;
 
-use redis_lease_core::{Changes, DropReason, Effect, Env, Grants, Keyed, Kind, Mode};
+use redis_lease_core::{
+    Changes, DropReason, Effect, Env, Grants, Keyed, Kind, Lock, Mode, Tokens, Waiter,
+};
 
 use crate::clock;
 use crate::ffi::ctx::Ctx;
-use crate::ffi::key::{Key, Typed};
+use crate::ffi::key::{Key, Typed, WrongType};
 use crate::ffi::replicate::Owner;
 use crate::ffi::string::RStr;
-use crate::ffi::{notify, replicate};
+use crate::ffi::{notify, replicate, server};
+use crate::holdback::Lobby;
 use crate::index::Slot;
 use crate::value::Stored;
 use crate::wire::Word;
@@ -32,30 +35,233 @@ pub enum Origin<'a> {
     Replayed,
 }
 
+/// How the commit path finds a key's value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    /// Only a key that exists (a missing key: nothing to do).
+    Existing,
+    /// Made if missing.
+    Create,
+}
+
+/// The one way a key of the module's types changes where this server decides: its value
+/// found (or made), its index entry made sure of, the core operation `op` run with the
+/// module's clock, token source, waiter registry and hold-back (see [`run`]), then Redis made
+/// to agree ([`commit`]). Every entry point that decides (commands, the timer, opened
+/// lobbies, reloads) comes through here, so none can skip a rule. `Ok(None)`: no key and
+/// `Open::Existing`.
+///
+/// The hold-back's lobby is part of it: a name with no key whose waiters wait while grants
+/// are held has its core state there, and `op` runs on that state, with grants closed, as it
+/// would on the key (same kind, limit, permits, max-waiters and arrival order; another kind
+/// is WRONGTYPE). When grants are open again the state becomes the key; when a key arrived at
+/// the name meanwhile (RESTORE, RENAME, COPY, MOVE), the key takes its waiters in by the
+/// core's rules (`Keyed::merge`) before `op`.
+pub fn decide<K: Keyed, T>(
+    key: Key,
+    open: Open,
+    origin: Origin,
+    op: impl FnOnce(&mut Stored<K>, &mut Env) -> (Changes, T),
+) -> Result<Option<T>, WrongType>
+where
+    Stored<K>: Typed,
+{
+    let db = key.ctx().db();
+    let name = key.name();
+    let mut lobby = None;
+    // One relaxed load when no name is held back (the common case).
+    if let Some(kind) = holdback::lobby_kind(db, name.bytes()) {
+        match key.peek::<Stored<K>>()? {
+            Some(_) => lobby = holdback::take(db, name.bytes()),
+            None if !key.is_empty() => return Err(WrongType),
+            None => {
+                if kind != K::KIND {
+                    return Err(WrongType);
+                }
+                if open == Open::Existing {
+                    return Ok(None);
+                }
+                let Some(l) = holdback::take(db, name.bytes()) else {
+                    return Ok(None);
+                };
+                if holdback::grants(db, name.bytes()) == Grants::Held {
+                    return Ok(Some(in_lobby::<K, T>(db, name.bytes(), l, op)));
+                }
+                // Grants opened: the lobby becomes the key.
+                lobby = Some(l);
+            }
+        }
+    }
+    on_value(key, open, origin, |v| {
+        let from = lobby.and_then(|l| join::<K>(v, l));
+        run(v, (db, name.bytes()), from, false, op)
+    })
+}
+
+/// A lobby meets the key of its name: its waiters follow the key's index entry (or are
+/// answered WRONGTYPE if the key is of another kind); the lobby's state, to merge.
+fn join<K: Keyed>(v: &mut Stored<K>, lobby: Lobby) -> Option<Lock> {
+    if v.slot != lobby.slot {
+        schedule::detach(lobby.slot);
+    }
+    let mut lock = lobby.lock;
+    if lobby.kind != K::KIND {
+        for w in lock.take_waiters() {
+            waiters::answer(w.id, waiters::Answer::WrongType);
+        }
+        return None;
+    }
+    let ids: Vec<u64> = lock.waiters().map(|w| w.id).collect();
+    waiters::rebind(&ids, v.slot);
+    Some(lock)
+}
+
+/// Runs `op` on a lobby's state, grants closed, and puts it back (or drops it, empty).
+fn in_lobby<K: Keyed, T>(
+    db: i32,
+    name: &[u8],
+    lobby: Lobby,
+    op: impl FnOnce(&mut Stored<K>, &mut Env) -> (Changes, T),
+) -> T {
+    let mut v = Stored::<K>::default();
+    *v.core.lock_mut() = lobby.lock;
+    v.slot = lobby.slot;
+    // Waiters whose clients left go first (the timer may have seen them leave already).
+    let gone: Vec<u64> = (v.core.lock().waiters())
+        .filter(|w| !waiters::alive(w.id))
+        .map(|w| w.id)
+        .collect();
+    let (changes, out) = run(&mut v, (db, name), None, true, |v, env| {
+        let mut changes = Changes::default();
+        for id in gone {
+            changes.append(v.core.cancel(id, env).0);
+        }
+        let (c, out) = op(v, env);
+        changes.append(c);
+        (changes, out)
+    });
+    // Nothing is held there and grants are closed: no effect can come of it.
+    debug_assert!(changes.effects.is_empty(), "{changes:?}");
+    waiters::answer_changes(&changes);
+    let lock = std::mem::take(v.core.lock_mut());
+    let slot = std::mem::replace(&mut v.slot, Slot::NONE);
+    holdback::put(
+        db,
+        name,
+        Lobby {
+            slot,
+            kind: K::KIND,
+            lock,
+        },
+    );
+    out
+}
+
+/// The same for effects decided elsewhere (a master's replication stream, the AOF): `f`
+/// applies them to the core with the server's token source, without clock or queue.
+pub fn replay<K: Keyed, T>(
+    key: Key,
+    open: Open,
+    f: impl FnOnce(&mut K, &mut Tokens) -> (Changes, T),
+) -> Result<Option<T>, WrongType>
+where
+    Stored<K>: Typed,
+{
+    on_value(key, open, Origin::Replayed, |v| {
+        let mut tokens = state::with(|s| s.tokens);
+        let out = f(&mut v.core, &mut tokens);
+        state::with(move |s| s.tokens = tokens);
+        out
+    })
+}
+
+fn on_value<K: Keyed, T>(
+    mut key: Key,
+    open: Open,
+    origin: Origin,
+    f: impl FnOnce(&mut Stored<K>) -> (Changes, T),
+) -> Result<Option<T>, WrongType>
+where
+    Stored<K>: Typed,
+{
+    let db = key.ctx().db();
+    let name = key.name();
+    let v = match open {
+        Open::Existing => match key.value::<Stored<K>>()? {
+            Some(v) => v,
+            None => return Ok(None),
+        },
+        Open::Create => {
+            let (v, created) = key.value_or_create::<Stored<K>>(Stored::default)?;
+            if created {
+                state::count_key(1);
+            }
+            v
+        }
+    };
+    ensure_slot(v, db, name.bytes());
+    let before = v.core.lock().holder_count();
+    let (changes, out) = f(v);
+    commit::<K>(key, before, changes, origin);
+    Ok(Some(out))
+}
+
+/// Puts `waiting` (taken out of this name's key earlier, by a reload) back in the key's queue
+/// by arrival, then serves who can be served.
+pub fn requeue<K: Keyed>(key: Key, waiting: Vec<Waiter>)
+where
+    Stored<K>: Typed,
+{
+    let origin = Origin::Here {
+        owner: None,
+        own: false,
+    };
+    let _ = decide::<K, ()>(key, Open::Existing, origin, |v, env| {
+        let ids: Vec<u64> = waiting.iter().map(|w| w.id).collect();
+        waiters::rebind(&ids, v.slot);
+        for w in waiting {
+            if waiters::alive(w.id) {
+                v.core.lock_mut().requeue(w);
+            }
+        }
+        (v.core.tick(env), ())
+    });
+}
+
 /// Runs a core operation with the module's clock, token source and waiter registry, and with
-/// grants held while the server is in quarantine or the key's evicted leases may still run.
-pub fn run<K: Keyed, T>(
+/// grants held while the server is in quarantine or the key's evicted leases may still run
+/// (always, for a lobby: `closed`). `from`: a lobby's state for the key to take in first.
+fn run<K: Keyed, T>(
     v: &mut Stored<K>,
     place: (i32, &[u8]),
-    op: impl FnOnce(&mut K, &mut Env) -> (Changes, T),
+    from: Option<Lock>,
+    closed: bool,
+    op: impl FnOnce(&mut Stored<K>, &mut Env) -> (Changes, T),
 ) -> (Changes, T) {
     let (now, round_up) = clock::now();
     let slot = v.slot;
-    // One look at the state for what every operation needs.
-    let (mut tokens, mut quiet, cancels, stall) = state::with(move |s| {
-        let stall = holdback::ran(s, now);
-        let quiet = s.quarantine_until <= now && s.evicted.is_empty();
-        (s.tokens, quiet, s.waiters.take_cancels_of(slot), stall)
+    // One look at the state for what every operation needs (no monotonic clock read unless
+    // the wall clock hints at a stall: each turn of the event loop checks it anyway).
+    let (mut tokens, mut quiet, cancels, suspect) = state::with(move |s| {
+        let suspect = holdback::suspect(s, now);
+        let quiet = s.quarantine_until == 0 && s.evicted.is_empty();
+        (s.tokens, quiet, s.waiters.take_cancels_of(slot), suspect)
     });
-    if let Some(gap) = stall {
+    let stall = suspect.then(|| {
+        let mono = server::monotonic_ms();
+        state::with(move |s| holdback::ran(s, mono))
+    });
+    if let Some(gap) = stall.flatten() {
         // Before this request is decided: it may come from a client of the replaced master.
         holdback::stalled(gap);
         quiet = false;
     }
-    let grants = if quiet {
+    let grants = if closed {
+        Grants::Held
+    } else if quiet {
         Grants::Open
     } else {
-        holdback::grants(place.0, place.1, now)
+        holdback::grants(place.0, place.1)
     };
     let alive = waiters::alive;
     let out = {
@@ -72,7 +278,10 @@ pub fn run<K: Keyed, T>(
             let (c, _) = v.core.cancel(id, &mut env);
             changes.append(c);
         }
-        let (c, out) = op(&mut v.core, &mut env);
+        if let Some(from) = from {
+            changes.append(v.core.merge(from, &mut env));
+        }
+        let (c, out) = op(v, &mut env);
         changes.append(c);
         (changes, out)
     };
@@ -161,7 +370,7 @@ fn is_own_effect(changes: &Changes) -> bool {
 
 /// Makes Redis agree with `changes`, made on the value in `key`. `holders_before`: the
 /// value's holder count before the operation (for the INFO gauge).
-pub fn commit<K: Keyed>(mut key: Key, holders_before: usize, changes: Changes, origin: Origin)
+fn commit<K: Keyed>(mut key: Key, holders_before: usize, changes: Changes, origin: Origin)
 where
     Stored<K>: Typed,
 {
@@ -193,9 +402,10 @@ where
     settle::<K>(key);
 }
 
-/// Deletes the key when nothing is held or awaited; parks its waiters outside the keyspace
-/// when nothing is held and grants are held back; else schedules its next wake-up.
-pub fn settle<K: Keyed>(mut key: Key)
+/// Deletes the key when nothing is held or awaited; moves its state to the lobby, outside the
+/// keyspace, when nothing is held but some wait and grants are held back; else schedules its
+/// next wake-up.
+fn settle<K: Keyed>(mut key: Key)
 where
     Stored<K>: Typed,
 {
@@ -205,13 +415,12 @@ where
         return;
     };
     let lock = v.core.lock_mut();
-    if lock.holder_count() == 0 && lock.waiter_count() > 0 {
-        let (now, _) = clock::now();
-        if holdback::grants(db, name, now) == Grants::Held {
-            let waiting = lock.take_waiters();
-            let slot = std::mem::replace(&mut v.slot, Slot::NONE);
-            holdback::park(db, name, slot, K::KIND, v.core.lock().limit(), waiting);
-        }
+    let idle = lock.holder_count() == 0 && lock.waiter_count() > 0;
+    if idle && holdback::grants(db, name) == Grants::Held {
+        // The name's whole state waits in the lobby, grants closed.
+        let lock = std::mem::take(lock);
+        let slot = std::mem::replace(&mut v.slot, Slot::NONE);
+        holdback::park(db, name, slot, K::KIND, lock);
     }
     if v.core.lock().is_empty() {
         let slot = std::mem::replace(&mut v.slot, Slot::NONE);

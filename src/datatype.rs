@@ -16,7 +16,7 @@ use crate::ffi::types::{methods, DataType, Field, Place};
 use crate::index::Slot;
 use crate::registry::Orphans;
 use crate::value::{LeaderStored, RwStored, Saved, SemStored, Stored};
-use crate::wire::Word;
+use crate::wire::{self, Arg, Word};
 use crate::{config, holdback, schedule, state, validate};
 
 /// RDB encoding version of every type. A value: last token, (a semaphore's limit), then each
@@ -120,9 +120,6 @@ fn save_lock(lock: &Lock, kind: Kind) -> Vec<Field<'_>> {
     out
 }
 
-/// Holders per `LEASE.APPLY` command of an AOF rewrite (as Redis batches big values).
-const HOLDS_PER_COMMAND: usize = 64;
-
 impl<K: Saved> DataType for Stored<K> {
     fn rdb_load(io: &mut Io, encver: i32) -> Option<Self> {
         if !(1..=ENCVER).contains(&encver) {
@@ -139,8 +136,13 @@ impl<K: Saved> DataType for Stored<K> {
         // RESTORE; without it, the key gets its entry on first access).
         if let (Some(name), Some(db)) = (io.key_name(), io.db()) {
             ensure_slot(&mut v, db, name);
-            // An empty value (saved so by a bug) is looked at, and deleted, at once.
-            let when = v.core.lock().next_wakeup().or(Some(crate::clock::now_ms()));
+            // An empty value (saved so by a bug) is looked at, and deleted, at once; so is a
+            // key restored at a held-back name (it takes the lobby's waiters in).
+            let now = Some(crate::clock::now_ms());
+            let when = match holdback::lobby_slot(db, name) {
+                Some(_) => now,
+                None => v.core.lock().next_wakeup().or(now),
+            };
             schedule::set(v.slot, when);
         }
         Some(v)
@@ -158,45 +160,23 @@ impl<K: Saved> DataType for Stored<K> {
     }
 
     fn aof_rewrite(&self) -> Vec<(&'static CStr, Vec<Field<'_>>)> {
-        let lock = self.core.lock();
-        let kind = Field::Bytes(Word::of_kind(K::KIND).as_str().as_bytes());
-        // The key's last token, the server-wide high-water mark (so an AOF without an RDB
-        // preamble keeps it as long as one key exists), a semaphore's limit, and the holders,
-        // in commands of at most HOLDS_PER_COMMAND holders. The first command carries the
-        // first holders too, so the key it makes is never empty (an empty key is deleted at
-        // once, and LAST would be lost with it).
+        // The records are spelled once, in `wire`; here they only become fields.
         let high = state::with(|s| s.tokens.high_water());
-        let mut first = vec![
-            kind.clone(),
-            Field::Bytes(b"LAST"),
-            Field::U64(lock.last_token()),
-            Field::Bytes(b"HIGH"),
-            Field::U64(high),
-        ];
-        if K::KIND == Kind::Semaphore {
-            first.extend([Field::Bytes(b"LIMIT"), Field::U64(lock.limit().into())]);
-        }
-        let mut out = vec![(c"LEASE.APPLY", first)];
-        let holders: Vec<_> = lock.holders().collect();
-        for (i, chunk) in holders.chunks(HOLDS_PER_COMMAND).enumerate() {
-            if i > 0 {
-                out.push((c"LEASE.APPLY", vec![kind.clone()]));
-            }
-            let Some((_, args)) = out.last_mut() else {
-                break;
-            };
-            for h in chunk {
-                args.extend([
-                    Field::Bytes(b"HOLD"),
-                    Field::Id(h.owner),
-                    Field::U64(h.hold.reads.into()),
-                    Field::U64(h.hold.writes.into()),
-                    Field::U64(h.hold.deadline),
-                    Field::U64(h.hold.token),
-                ]);
-            }
-        }
-        out
+        let kind = Word::of_kind(K::KIND);
+        wire::rewrite(K::KIND, self.core.lock(), high)
+            .into_iter()
+            .map(|records| {
+                let mut args = vec![Field::Bytes(kind.as_str().as_bytes())];
+                wire::encode_records(&records, |a| {
+                    args.push(match a {
+                        Arg::Word(w) => Field::Bytes(w.as_str().as_bytes()),
+                        Arg::Id(id) => Field::Id(id),
+                        Arg::Num(n) => Field::U64(n),
+                    })
+                });
+                (c"LEASE.APPLY", args)
+            })
+            .collect()
     }
 
     fn mem_usage(&self) -> usize {
@@ -241,7 +221,12 @@ impl<K: Saved> DataType for Stored<K> {
         state::count_holders(copy.core.lock().holder_count() as i64);
         if let Some(p) = to {
             ensure_slot(&mut copy, p.db, p.name);
-            schedule::set(copy.slot, copy.core.lock().next_wakeup());
+            // A copy at a held-back name takes the lobby's waiters in at once.
+            let when = match holdback::lobby_slot(p.db, p.name) {
+                Some(_) => Some(crate::clock::now_ms()),
+                None => copy.core.lock().next_wakeup(),
+            };
+            schedule::set(copy.slot, when);
         }
         copy
     }

@@ -6,17 +6,17 @@
 //! grants on the key until they would have lapsed.
 
 use crate::clock::now_ms;
-use crate::commit::{commit, ensure_slot, run, Origin};
+use crate::commit::{ensure_slot, requeue};
 use crate::ffi::ctx::{log_warning, Ctx};
 use crate::ffi::key::{Key, Typed};
-use crate::ffi::replicate;
 use crate::ffi::server::{Handlers, Loading};
 use crate::ffi::string::RStr;
+use crate::ffi::{replicate, server};
 use crate::index::Slot;
 use crate::registry::Orphans;
 use crate::value::{Saved, Stored};
 use crate::visit::{visit, Visitor};
-use crate::wire::Word;
+use crate::wire::{Record, Word};
 use crate::{holdback, orphans, schedule, state, text, waiters};
 
 pub fn handlers() -> Handlers {
@@ -28,12 +28,14 @@ pub fn handlers() -> Handlers {
         generic,
         evicted,
         cron,
+        turn,
+        forked,
     }
 }
 
 /// The cron: the stall check runs even when no command comes.
 fn cron(ctx: &Ctx, hz: i32) {
-    let now = now_ms();
+    let now = server::monotonic_ms();
     let master = ctx.is_master();
     let stall = state::with(move |s| {
         s.master = master;
@@ -42,6 +44,32 @@ fn cron(ctx: &Ctx, hz: i32) {
     });
     if let Some(gap) = stall {
         holdback::stalled(gap);
+    }
+}
+
+/// Each turn of the event loop (before it sleeps, after it wakes): the server runs now, so a
+/// stall is measured from the last moment it ran, not from the last cron tick (a command that
+/// blocks the server for less than the bound is no stall).
+fn turn(_ctx: &Ctx) {
+    let now = server::monotonic_ms();
+    if let Some(gap) = state::with(move |s| holdback::ran(s, now)) {
+        holdback::stalled(gap);
+    }
+}
+
+/// A child was forked. If it rewrites the AOF while no lock key exists, the rewritten file
+/// has no record carrying the token high-water mark (without an RDB preamble): the timer
+/// writes one to the new incremental file, so a restart never hands out a lower token.
+fn forked(ctx: &Ctx) {
+    if !ctx.aof_on() || !ctx.is_master() || state::keys() > 0 {
+        return;
+    }
+    let due = state::with(|s| {
+        s.high_due = s.tokens.high_water() > 0;
+        s.high_due
+    });
+    if due {
+        schedule::arm(now_ms());
     }
 }
 
@@ -169,34 +197,11 @@ fn role(ctx: &Ctx, master: bool) {
 struct Reattach(Orphans);
 
 impl Visitor for Reattach {
-    fn visit<K: Saved>(self, mut key: Key)
+    fn visit<K: Saved>(self, key: Key)
     where
         Stored<K>: Typed,
     {
-        let db = key.ctx().db();
-        let name = key.name().bytes();
-        let Ok(Some(v)) = key.value::<Stored<K>>() else {
-            return;
-        };
-        ensure_slot(v, db, name);
-        let ids: Vec<u64> = self.0.waiters.iter().map(|w| w.id).collect();
-        waiters::rebind(&ids, v.slot);
-        for w in self.0.waiters {
-            if waiters::alive(w.id) {
-                v.core.lock_mut().requeue(w);
-            }
-        }
-        let before = v.core.lock().holder_count();
-        let (changes, ()) = run(v, (db, name), |core, env| (core.tick(env), ()));
-        commit::<K>(
-            key,
-            before,
-            changes,
-            Origin::Here {
-                owner: None,
-                own: false,
-            },
-        );
+        requeue::<K>(key, self.0.waiters);
     }
 }
 
@@ -238,7 +243,13 @@ impl Visitor for Moved {
         } else {
             ensure_slot(v, db, name);
         }
-        schedule::set(v.slot, v.core.lock().next_wakeup());
+        // At a held-back name, the key takes the lobby's waiters in at once (the timer's
+        // turn goes through the commit path).
+        let when = match holdback::lobby_slot(db, name) {
+            Some(_) => Some(now_ms()),
+            None => v.core.lock().next_wakeup(),
+        };
+        schedule::set(v.slot, when);
     }
 }
 
@@ -266,10 +277,10 @@ fn evicted(ctx: &Ctx, key: RStr) {
         holdback::evicted(db, name, until, true);
         // Replicas (and the AOF) hold back too: a promoted replica must not let a second
         // holder in while the evicted lease runs.
-        replicate::evicted(ctx, key, Word::of_kind(u.kind), until);
+        replicate::records(ctx, key, Word::of_kind(u.kind), &[Record::Evicted(until)]);
     }
     // Its waiters wait on, in the lobby, until grants open on it again.
     if let Some(o) = orphans::take(db, name) {
-        holdback::park(db, name, Slot::NONE, u.kind, u.limit, o.waiters);
+        holdback::park_waiters(db, name, u.kind, u.limit, o.waiters);
     }
 }

@@ -10,30 +10,33 @@
 //! - **Evicted leases**: when maxmemory eviction removes a key whose leases are still running,
 //!   new grants on that name wait until those leases would have lapsed.
 //!
-//! Holds that exist keep working. A waiter whose key has nothing left to hold it (no holder)
-//! waits in the lobby, outside the keyspace, so that the keyspace stays what replicas and the
-//! AOF see; when grants open again its key is made anew and the lobby's waiters queue in it in
-//! arrival order.
+//! Holds that exist keep working. A name whose key has nothing left to hold it (no holder)
+//! but has waiters keeps its core state in the lobby, outside the keyspace, so that the
+//! keyspace stays what replicas and the AOF see: the same core `Lock` (kind, limit, queue),
+//! with grants closed, so requests meet the same rules there as with the key present. When
+//! grants open again it becomes the key and serves its waiters in arrival order; a key that
+//! arrives at the name meanwhile takes them in (`commit::decide`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use redis_lease_core::{Grants, Kind, Ms, Waiter};
+use redis_lease_core::{Grants, Kind, Lock, Ms, Waiter};
 
 use crate::clock::now_ms;
 use crate::ffi::ctx::log_warning;
+use crate::ffi::server::monotonic_ms;
 use crate::index::Slot;
 use crate::state::{self, Evicted, Shell};
 use crate::{config, schedule, waiters};
 
-/// Waiters of a name that has no key now.
+/// The held-back state of a name that has no key now: the core's state of the name (no
+/// holder, its waiters in arrival order, its kind and a semaphore's limit), whose grants stay
+/// closed until they open again; then it becomes the key.
 #[derive(Debug)]
 pub struct Lobby {
     pub slot: Slot,
     pub kind: Kind,
-    /// A semaphore's limit (0 for the other kinds).
-    pub limit: u32,
-    pub waiters: Vec<Waiter>,
+    pub lock: Lock,
 }
 
 /// Lobbies by db, then by name.
@@ -61,14 +64,18 @@ fn no_lobby() -> bool {
     IN_LOBBY.load(Ordering::Relaxed) == 0
 }
 
-/// Until when grants on `name` in `db` are held back (`None`: they are open at `now`).
-pub fn held_until(db: i32, name: &[u8], now: Ms) -> Option<Ms> {
+/// Until when (wall-clock ms) grants on `name` in `db` are held back (`None`: they are open
+/// now). The quarantine is a local duration, kept on the monotonic clock so that no step of
+/// the wall clock lengthens or revives it; an evicted lease's end is absolute, as leases are.
+pub fn held_until(db: i32, name: &[u8]) -> Option<Ms> {
+    let (wall, mono) = (now_ms(), monotonic_ms());
     let name: Box<[u8]> = name.into();
     state::with(move |s| {
-        let mut until = (s.quarantine_until > now).then_some(s.quarantine_until);
+        let q = s.quarantine_until.saturating_sub(mono);
+        let mut until = (q > 0).then(|| wall.saturating_add(q));
         if !s.evicted.is_empty() {
             if let Some(e) = s.evicted.get(&(db, name)) {
-                if e.until > now {
+                if e.until > wall {
                     until = Some(until.map_or(e.until, |u: Ms| u.max(e.until)));
                 }
             }
@@ -77,11 +84,18 @@ pub fn held_until(db: i32, name: &[u8], now: Ms) -> Option<Ms> {
     })
 }
 
-/// Whether new grants may be made on `name` in `db` at `now`.
-pub fn grants(db: i32, name: &[u8], now: Ms) -> Grants {
+/// Whether new grants may be made on `name` in `db` now.
+pub fn grants(db: i32, name: &[u8]) -> Grants {
     // The common case costs two loads and no allocation.
-    let quiet = state::with(|s| s.quarantine_until <= now && s.evicted.is_empty());
-    if quiet || held_until(db, name, now).is_none() {
+    let mono = monotonic_ms();
+    let quiet = state::with(move |s| {
+        if s.quarantine_until != 0 && s.quarantine_until <= mono {
+            // Ended: the hot path's check (`quarantine_until == 0`) needs no clock.
+            s.quarantine_until = 0;
+        }
+        s.quarantine_until == 0 && s.evicted.is_empty()
+    });
+    if quiet || held_until(db, name).is_none() {
         Grants::Open
     } else {
         Grants::Held
@@ -94,9 +108,43 @@ pub fn start_quarantine() {
     if q == 0 {
         return;
     }
-    let until = now_ms().saturating_add(q);
-    state::with(move |s| s.quarantine_until = s.quarantine_until.max(until));
-    schedule::arm(until);
+    let now = monotonic_ms();
+    let until = now.saturating_add(q);
+    state::with(move |s| {
+        if until > s.quarantine_until {
+            s.quarantine_until = until;
+            s.quarantine_since = now;
+        }
+    });
+    schedule::arm(now_ms().saturating_add(q));
+}
+
+/// `CONFIG SET lease.quarantine`: a running quarantine lasts the new setting from its start
+/// (0 ends it now); the names held back by it are looked at again at once, so their waiters
+/// are served by the rules as they are now.
+pub fn quarantine_set() {
+    let q = config::quarantine_ms();
+    let now = monotonic_ms();
+    let left = state::with(move |s| {
+        let end = s.quarantine_since.saturating_add(q);
+        if s.quarantine_until > now && end < s.quarantine_until {
+            s.quarantine_until = end.max(now);
+            return Some(s.quarantine_until - now);
+        }
+        None
+    });
+    if let Some(left) = left {
+        let slots: Vec<Slot> = with_lobby(|l| {
+            l.values()
+                .flat_map(|m| m.values())
+                .map(|x| x.slot)
+                .collect()
+        });
+        let at = now_ms().saturating_add(left);
+        for slot in slots {
+            schedule::set(slot, Some(at));
+        }
+    }
 }
 
 /// The shortest gap that counts as a stall.
@@ -108,8 +156,9 @@ pub fn stall_after(hz: i32) -> Ms {
     STALL_FLOOR_MS.max(3000 / u64::try_from(hz.max(1)).unwrap_or(1))
 }
 
-/// The server runs at `now` (a cron tick or a command): the gap since it last ran if that is
-/// a stall on a master. Cheap: the hot path calls it with the state already borrowed.
+/// The server runs at `now` (monotonic ms: a turn of the event loop, a cron tick or a
+/// command): the gap since it last ran if that is a stall on a master. Cheap: the hot path
+/// calls it with the state already borrowed.
 pub fn ran(s: &mut Shell, now: Ms) -> Option<Ms> {
     let last = s.last_ran;
     s.last_ran = now.max(last);
@@ -134,14 +183,29 @@ pub fn stalled(gap: Ms) {
     start_quarantine();
 }
 
+/// How far apart two sightings of the server on the wall clock make a request check the
+/// monotonic clock for a stall before it is decided.
+const SUSPECT_MS: Ms = STALL_FLOOR_MS / 2;
+
+/// A request at wall-clock `now`: whether the gap since the last request (or a backward step)
+/// calls for the monotonic check ([`ran`]) before it is decided: after an idle time (cheap:
+/// the event loop's last turn is then recent, no stall), after a stall inside a batch of
+/// commands (which the event loop's turns do not see until the batch ends), or after a step of
+/// the clock. Back-to-back requests read no second clock.
+pub fn suspect(s: &mut Shell, now: Ms) -> bool {
+    let last = std::mem::replace(&mut s.last_wall, now);
+    last != 0 && (now < last || now - last > SUSPECT_MS)
+}
+
 /// This server's role (kept for the hot path's stall check).
 pub fn set_master(master: bool) {
     state::with(move |s| s.master = master);
 }
 
 /// Ms of quarantine left.
-pub fn quarantine_left(now: Ms) -> u64 {
-    state::with(|s| s.quarantine_until.saturating_sub(now))
+pub fn quarantine_left() -> u64 {
+    let now = monotonic_ms();
+    state::with(move |s| s.quarantine_until.saturating_sub(now))
 }
 
 /// A key whose leases run until `until` was evicted: hold back new grants on it until then.
@@ -169,38 +233,66 @@ pub fn evicted_now(now: Ms) -> Vec<(i32, Box<[u8]>, Ms)> {
     })
 }
 
-/// Parks the waiters of a key that has no holder left while grants are held back. `slot`
-/// is the key's index entry, which the lobby keeps (it wakes the lobby up).
-pub fn park(db: i32, name: &[u8], slot: Slot, kind: Kind, limit: u32, mut waiting: Vec<Waiter>) {
+/// Parks the held-back state of a key that has no holder left while grants are held (or of
+/// an evicted key's waiters): `lock`, of `kind`, outside the keyspace under `name`. `slot` is
+/// the key's index entry, which the lobby keeps (it wakes the lobby up). Should a lobby be
+/// there already, the waiters join it by arrival (another kind's are answered WRONGTYPE, as
+/// their request would be).
+pub fn park(db: i32, name: &[u8], slot: Slot, kind: Kind, lock: Lock) {
     let slot = if slot.is_none() {
         schedule::attach(db, name)
     } else {
         slot
     };
-    let ids: Vec<u64> = waiting.iter().map(|w| w.id).collect();
+    let ids: Vec<u64> = lock.waiters().map(|w| w.id).collect();
     waiters::rebind(&ids, slot);
-    let name: Box<[u8]> = name.into();
-    let when = with_lobby(move |l| {
-        let lobby = l.entry(db).or_default().entry(name).or_insert(Lobby {
-            slot,
-            kind,
-            limit,
-            waiters: Vec::new(),
-        });
-        lobby.waiters.append(&mut waiting);
-        lobby.waiters.sort_by_key(|w| w.id);
-        next_wake(lobby)
-    });
-    reschedule(slot, when);
+    let lobby = match take(db, name) {
+        None => Lobby { slot, kind, lock },
+        Some(mut there) => {
+            schedule::detach(slot);
+            let mut lock = lock;
+            for w in lock.take_waiters() {
+                if there.kind == kind {
+                    there.lock.requeue(w);
+                } else {
+                    waiters::answer(w.id, waiters::Answer::WrongType);
+                }
+            }
+            waiters::rebind(&ids, there.slot);
+            there
+        }
+    };
+    put(db, name, lobby);
 }
 
-fn next_wake(lobby: &Lobby) -> Option<Ms> {
-    lobby.waiters.iter().filter_map(|w| w.until).min()
+/// Parks `waiting`, the waiters of an evicted key of `kind` (and `limit`), in the lobby.
+pub fn park_waiters(db: i32, name: &[u8], kind: Kind, limit: u32, waiting: Vec<Waiter>) {
+    let mut lock = Lock::new();
+    lock.restore_limit(limit);
+    for w in waiting {
+        lock.requeue(w);
+    }
+    park(db, name, Slot::NONE, kind, lock);
+}
+
+/// Puts a lobby (back) in place, to wake at its first wait deadline or when grants open,
+/// whichever is first; an empty one goes, with its index entry.
+pub fn put(db: i32, name: &[u8], lobby: Lobby) {
+    if lobby.lock.is_empty() {
+        schedule::detach(lobby.slot);
+        return;
+    }
+    let (slot, until) = (lobby.slot, lobby.lock.next_wakeup());
+    let key: Box<[u8]> = name.into();
+    with_lobby(move |l| {
+        l.entry(db).or_default().insert(key, lobby);
+    });
+    reschedule(slot, until);
 }
 
 fn reschedule(slot: Slot, until: Option<Ms>) {
     // Wake at the first wait deadline, or when grants open, whichever is first.
-    let open = schedule::place(slot).and_then(|(db, name)| held_until(db, &name, now_ms()));
+    let open = schedule::place(slot).and_then(|(db, name)| held_until(db, &name));
     let when = match (until, open) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b).or(Some(now_ms())),
@@ -217,7 +309,16 @@ pub fn lobby_slot(db: i32, name: &[u8]) -> Option<Slot> {
     with_lobby(move |l| l.get(&db).and_then(|m| m.get(&name)).map(|x| x.slot))
 }
 
-/// Takes the lobby of `name` out, to make its key anew.
+/// The kind of the lobby of `name`, if there is one (cheap when there is none).
+pub fn lobby_kind(db: i32, name: &[u8]) -> Option<Kind> {
+    if no_lobby() {
+        return None;
+    }
+    let name: Box<[u8]> = name.into();
+    with_lobby(move |l| l.get(&db).and_then(|m| m.get(&name)).map(|x| x.kind))
+}
+
+/// Takes the lobby of `name` out (to run the core on it, or to make its key).
 pub fn take(db: i32, name: &[u8]) -> Option<Lobby> {
     if no_lobby() {
         return None;
@@ -231,45 +332,6 @@ pub fn take(db: i32, name: &[u8]) -> Option<Lobby> {
         }
         out
     })
-}
-
-/// The lobby at `slot` woke up with grants still held: end the waits that ran out and wake
-/// again later; the lobby is dropped when nobody is left.
-pub fn expire(db: i32, name: &[u8], now: Ms) {
-    let key: Box<[u8]> = name.into();
-    let (ended, slot, when, empty) = match with_lobby(move |l| {
-        let lobby = l.get_mut(&db)?.get_mut(&key)?;
-        let mut ended = Vec::new();
-        lobby.waiters.retain(|w| {
-            let over = w.until.is_some_and(|u| u <= now) || !waiters::alive(w.id);
-            if over {
-                ended.push(w.id);
-            }
-            !over
-        });
-        let empty = lobby.waiters.is_empty();
-        let out = (ended, lobby.slot, next_wake(lobby), empty);
-        if empty {
-            if let Some(m) = l.get_mut(&db) {
-                m.remove(&key);
-                if m.is_empty() {
-                    l.remove(&db);
-                }
-            }
-        }
-        Some(out)
-    }) {
-        Some(x) => x,
-        None => return,
-    };
-    for id in ended {
-        waiters::answer(id, waiters::Answer::Nil);
-    }
-    if empty {
-        schedule::detach(slot);
-    } else {
-        reschedule(slot, when);
-    }
 }
 
 /// SWAPDB: lobbies follow their db's contents, as keys do.
@@ -291,7 +353,7 @@ pub fn clear() -> Vec<(Slot, Vec<u64>)> {
     with_lobby(|l| {
         l.drain()
             .flat_map(|(_, m)| m.into_values())
-            .map(|x| (x.slot, x.waiters.iter().map(|w| w.id).collect()))
+            .map(|x| (x.slot, x.lock.waiters().map(|w| w.id).collect()))
             .collect()
     })
 }
@@ -301,7 +363,7 @@ pub fn waiting() -> usize {
     with_lobby(|l| {
         l.values()
             .flat_map(|m| m.values())
-            .map(|x| x.waiters.len())
+            .map(|x| x.lock.waiters().filter(|w| waiters::alive(w.id)).count())
             .sum()
     })
 }
@@ -313,8 +375,8 @@ pub fn waiting_on(db: i32, name: &[u8]) -> usize {
     }
     let name: Box<[u8]> = name.into();
     with_lobby(move |l| {
-        l.get(&db)
-            .and_then(|m| m.get(&name))
-            .map_or(0, |x| x.waiters.len())
+        l.get(&db).and_then(|m| m.get(&name)).map_or(0, |x| {
+            x.lock.waiters().filter(|w| waiters::alive(w.id)).count()
+        })
     })
 }

@@ -48,7 +48,7 @@ pub fn write(out: &mut Section) {
         (c"scheduled_wakeups", scheduled as u64),
         (c"indexed_keys", keys as u64),
         (c"index_bytes", index_bytes as u64),
-        (c"quarantine_ms", holdback::quarantine_left(now)),
+        (c"quarantine_ms", holdback::quarantine_left()),
         (c"lobby_waiters", holdback::waiting() as u64),
         (c"evictions", s.evictions),
         (c"stalls", s.stalls),
@@ -61,4 +61,22 @@ pub fn write(out: &mut Section) {
         out.int(name, saturating_i64(value));
     }
     out.float(c"wait_ms_avg", avg);
+    out.text(c"acl_categories", acl_categories());
+    // 1 where the server skips the command lookup of RM_Replicate (Valkey 8.1+).
+    out.int(
+        c"skip_command_validation",
+        i64::from(crate::ffi::server::skipping_command_validation()),
+    );
+}
+
+/// The ACL categories the module's commands are in on this server: `unavailable` (Redis
+/// 7.0: grant them by name), `builtin` (@read, @write, ...; Redis 7.2), or `builtin,lease`
+/// (with the module's own @lease; Redis 7.4+, Valkey 9).
+fn acl_categories() -> &'static CStr {
+    let acl = crate::ffi::command::acl_support();
+    match (acl.categories, acl.module_category) {
+        (false, _) => c"unavailable",
+        (true, false) => c"builtin",
+        (true, true) => c"builtin,lease",
+    }
 }

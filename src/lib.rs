@@ -27,6 +27,7 @@ mod parse;
 mod registry;
 mod slot;
 mod state;
+mod syntax;
 mod text;
 mod validate;
 mod value;
@@ -95,7 +96,7 @@ mod module {
                 ["max-ttl", &MAX_TTL, DEFAULT_MAX_TTL, 1, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, 100_000_000, ConfigurationFlags::DEFAULT, None],
                 ["max-id-length", &MAX_ID_LENGTH, DEFAULT_MAX_ID_LENGTH, 1, ID_LENGTH_CEILING, ConfigurationFlags::DEFAULT, None],
-                ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
+                ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| holdback::quarantine_set()))],
             ],
             string: [],
             bool: [],

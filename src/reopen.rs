@@ -1,87 +1,54 @@
-//! Grants opened again on a name whose waiters wait in the lobby: its key is made anew and
-//! they queue in it in arrival order, then whoever can be served is served.
+//! A lobby's wake-up (grants may have opened on its name, a wait may have run out, a waiter
+//! may have left): the name's held-back state goes through the commit path, which serves it
+//! with grants closed, or makes it the key when they are open, or hands its waiters to a key
+//! that arrived at the name meanwhile.
 
 use redis_lease_core::{Election, Kind, RwLock, Semaphore};
 
-use crate::clock::now_ms;
-use crate::commit::{commit, ensure_slot, run, Origin};
+use crate::commit::{decide, Open, Origin};
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Access, Key, Typed};
 use crate::ffi::string::RString;
-use crate::holdback::{self, Lobby};
+use crate::holdback;
 use crate::value::{Saved, Stored};
-use crate::{schedule, state, waiters};
+use crate::waiters;
 
-/// Makes the key of `name` in `db` from its lobby if grants are open there now; true if it
-/// did. Also ends the lobby's waits that ran out while grants are still held.
+/// Looks at the lobby of `name` in `db`, if there is one; true if there was.
 pub fn release(ctx: &Ctx, db: i32, name: &[u8]) -> bool {
-    if holdback::lobby_slot(db, name).is_none() {
-        return false;
-    }
-    let now = now_ms();
-    if holdback::held_until(db, name, now).is_some() {
-        holdback::expire(db, name, now);
-        return false;
-    }
-    let Some(lobby) = holdback::take(db, name) else {
+    let Some(kind) = holdback::lobby_kind(db, name) else {
         return false;
     };
-    match lobby.kind {
-        Kind::RwLock => make::<RwLock>(ctx, db, name, lobby),
-        Kind::Election => make::<Election>(ctx, db, name, lobby),
-        Kind::Semaphore => make::<Semaphore>(ctx, db, name, lobby),
+    match kind {
+        Kind::RwLock => wake::<RwLock>(ctx, db, name),
+        Kind::Election => wake::<Election>(ctx, db, name),
+        Kind::Semaphore => wake::<Semaphore>(ctx, db, name),
     }
+    true
 }
 
-fn make<K: Saved>(ctx: &Ctx, db: i32, name: &[u8], lobby: Lobby) -> bool
+fn wake<K: Saved>(ctx: &Ctx, db: i32, name: &[u8])
 where
     Stored<K>: Typed,
 {
-    let gone = |lobby: Lobby| {
-        schedule::detach(lobby.slot);
-        for w in lobby.waiters {
-            waiters::answer(w.id, waiters::Answer::Gone);
-        }
-        false
-    };
-    if !ctx.select_db(db) {
-        return gone(lobby);
-    }
     let rname = RString::from_bytes(name);
-    let Some(mut key) = Key::open(ctx, rname.as_str(), Access::Write) else {
-        return gone(lobby);
+    let key = ctx
+        .select_db(db)
+        .then(|| Key::open(ctx, rname.as_str(), Access::Write))
+        .flatten();
+    let origin = Origin::Here {
+        owner: None,
+        own: false,
     };
-    let Ok((v, created)) = key.value_or_create::<Stored<K>>(Stored::default) else {
-        // Another type took the name meanwhile.
-        return gone(lobby);
-    };
-    if created {
-        state::count_key(1);
-        v.core.lock_mut().restore_limit(lobby.limit);
-    }
-    if v.slot.is_none() {
-        v.slot = lobby.slot;
-    } else {
-        schedule::detach(lobby.slot);
-    }
-    ensure_slot(v, db, name);
-    let ids: Vec<u64> = lobby.waiters.iter().map(|w| w.id).collect();
-    waiters::rebind(&ids, v.slot);
-    for w in lobby.waiters {
-        if waiters::alive(w.id) {
-            v.core.lock_mut().requeue(w);
+    let done = key.and_then(|key| {
+        decide::<K, ()>(key, Open::Create, origin, |v, env| (v.core.tick(env), ())).ok()
+    });
+    if done.is_none() {
+        // The name holds another type, or cannot be opened: nobody can be served there.
+        if let Some(lobby) = holdback::take(db, name) {
+            crate::schedule::detach(lobby.slot);
+            for w in lobby.lock.waiters() {
+                waiters::answer(w.id, waiters::Answer::WrongType);
+            }
         }
     }
-    let before = v.core.lock().holder_count();
-    let (changes, ()) = run(v, (db, name), |core, env| (core.tick(env), ()));
-    commit::<K>(
-        key,
-        before,
-        changes,
-        Origin::Here {
-            owner: None,
-            own: false,
-        },
-    );
-    true
 }

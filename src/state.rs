@@ -69,10 +69,18 @@ pub struct Shell {
     pub waiters: Registry,
     /// The armed Redis timer: (id, when).
     pub timer: Option<(u64, Ms)>,
-    /// No new grants before this time (0: none held back): the quarantine.
+    /// No new grants before this time on the monotonic clock (0: none held back): the
+    /// quarantine.
     pub quarantine_until: Ms,
-    /// When the module last saw the server run (a cron tick or a command; 0: not yet).
+    /// When the running quarantine started (or was last started again): it lasts
+    /// `lease.quarantine` from then, so lowering the setting shortens it.
+    pub quarantine_since: Ms,
+    /// When the module last saw the server run, on the monotonic clock (a turn of the event
+    /// loop, a cron tick or a command; 0: not yet).
     pub last_ran: Ms,
+    /// The wall clock at the last request: a hint for requests to check for a stall (see
+    /// `holdback::suspect`).
+    pub last_wall: Ms,
     /// A gap longer than this between two runs is a stall (see `holdback::ran`).
     pub stall_after: Ms,
     /// This server is a master (kept from the role events, for the hot path).
@@ -80,6 +88,8 @@ pub struct Shell {
     /// Evicted keys whose leases may still run, by (db, name).
     pub evicted: HashMap<(i32, Box<[u8]>), Evicted>,
     pub stats: Stats,
+    /// The token high-water mark is to be written to the AOF (see `events::forked`).
+    pub high_due: bool,
 }
 
 thread_local! {

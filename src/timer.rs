@@ -5,14 +5,16 @@
 //! promotion, which wakes it.
 
 use crate::clock::now_ms;
-use crate::commit::{commit, run, Origin};
+use crate::commit::{decide, Open, Origin};
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed};
-use crate::ffi::{guard, timer};
+use crate::ffi::string::RString;
+use crate::ffi::{guard, replicate, timer};
 use crate::index::Slot;
 use crate::value::{Saved, Stored};
 use crate::visit::{visit, Visitor};
-use crate::{orphans, reopen, schedule, waiters};
+use crate::wire::{self, Record, Word};
+use crate::{orphans, reopen, schedule, state, waiters};
 
 /// While a failover pauses writes (`CLIENT PAUSE WRITE`, `FAILOVER`), background writes must
 /// wait: look again this much later.
@@ -34,6 +36,7 @@ pub fn fire(ctx: &Ctx) {
     let now = now_ms();
     if !ctx.loading() {
         orphans::answer_gone();
+        high_water(ctx);
     }
     // Each key under its own guard: a bug on one key does not stop the others, and the
     // timer is armed again whatever happened.
@@ -58,6 +61,16 @@ pub fn fire(ctx: &Ctx) {
     }
 }
 
+/// Writes the token high-water mark to the AOF and replicas when it is due (an AOF rewrite
+/// with no lock key to carry it): `LEASE.APPLY lease:high rwlock HIGH n`, which makes no key.
+fn high_water(ctx: &Ctx) {
+    let high = state::with(|s| std::mem::take(&mut s.high_due).then_some(s.tokens.high_water()));
+    if let Some(high) = high {
+        let key = RString::from_bytes(wire::HIGH_KEY);
+        replicate::records(ctx, key.as_str(), Word::RwLock, &[Record::High(high)]);
+    }
+}
+
 struct Tick {
     slot: Slot,
     cancel: Option<u64>,
@@ -68,8 +81,6 @@ impl Visitor for Tick {
     where
         Stored<K>: Typed,
     {
-        let db = key.ctx().db();
-        let name = key.name().bytes();
         let Ok(Some(v)) = key.value::<Stored<K>>() else {
             return;
         };
@@ -81,21 +92,15 @@ impl Visitor for Tick {
                 schedule::detach(self.slot);
             }
         }
-        let before = v.core.lock().holder_count();
         let cancel = self.cancel;
-        let (changes, ()) = run(v, (db, name), |core, env| match cancel {
-            Some(id) => (core.cancel(id, env).0, ()),
-            None => (core.tick(env), ()),
+        let origin = Origin::Here {
+            owner: None,
+            own: false,
+        };
+        let _ = decide::<K, ()>(key, Open::Existing, origin, |v, env| match cancel {
+            Some(id) => (v.core.cancel(id, env).0, ()),
+            None => (v.core.tick(env), ()),
         });
-        commit::<K>(
-            key,
-            before,
-            changes,
-            Origin::Here {
-                owner: None,
-                own: false,
-            },
-        );
     }
 }
 
@@ -108,10 +113,11 @@ fn on_slot(ctx: &Ctx, slot: Slot, cancel: Option<u64>) {
     if visit(ctx, db, &name, Tick { slot, cancel }).is_ok() {
         return;
     }
-    if cancel.is_some() {
-        return;
-    }
-    if !reopen::release(ctx, db, &name) && crate::holdback::lobby_slot(db, &name) != Some(slot) {
+    let lobby = crate::holdback::lobby_slot(db, &name) == Some(slot);
+    if lobby {
+        // The name's held-back state: a wait ran out, a waiter left, or grants opened.
+        reopen::release(ctx, db, &name);
+    } else if cancel.is_none() {
         // No key and no lobby: a stale entry (its key went by a route that did not say so).
         schedule::detach(slot);
     }

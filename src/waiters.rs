@@ -11,6 +11,7 @@ use redis_lease_core::Changes;
 use crate::clock::now_ms;
 use crate::ffi::block::{self, Parked};
 use crate::ffi::ctx::Ctx;
+use crate::ffi::key::WRONGTYPE;
 use crate::index::Slot;
 use crate::num::saturating_i64;
 use crate::registry::Rec;
@@ -26,6 +27,9 @@ pub enum Answer {
     Gone,
     /// This server became a replica.
     Demoted,
+    /// The name now holds a key of another kind (it arrived while the request waited in the
+    /// lobby): the request's own answer had the key been there.
+    WrongType,
 }
 
 pub const GONE: &CStr =
@@ -43,6 +47,7 @@ impl Parked for Waiters {
             Some(Answer::Token(t)) => ctx.reply_int(saturating_i64(*t)),
             Some(Answer::Gone) => ctx.reply_error_c(GONE),
             Some(Answer::Demoted) => ctx.reply_error_c(DEMOTED),
+            Some(Answer::WrongType) => ctx.reply_error(&WRONGTYPE.into()),
             Some(Answer::Nil) | None => ctx.reply_null(),
         }
     }
@@ -93,7 +98,7 @@ pub fn answer(id: u64, a: Answer) -> bool {
                 st.wait_ms_max = st.wait_ms_max.max(waited);
             }
             Answer::Nil => st.wait_timeouts += 1,
-            Answer::Gone => st.waiters_lockgone += 1,
+            Answer::Gone | Answer::WrongType => st.waiters_lockgone += 1,
             Answer::Demoted => st.waiters_left += 1,
         }
         Some(rec)

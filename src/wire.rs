@@ -9,7 +9,7 @@
 //! its leases ran: new grants on its name wait until then). Pure: encoding and parsing are tested here, the
 //! C API layer only turns [`Arg`]s into Redis strings.
 
-use redis_lease_core::{DropReason, Effect, Hold, Id, Kind, Mode};
+use redis_lease_core::{DropReason, Effect, Hold, Id, Kind, Lock, Mode};
 
 use crate::parse;
 use crate::validate::{DEADLINE_CEILING, TOKEN_CEILING};
@@ -31,10 +31,13 @@ pub enum Word {
     Lapse,
     Resign,
     Evicted,
+    Hold,
+    Last,
+    High,
 }
 
 impl Word {
-    pub const ALL: [Word; 14] = [
+    pub const ALL: [Word; 17] = [
         Word::RwLock,
         Word::Leader,
         Word::Semaphore,
@@ -49,6 +52,9 @@ impl Word {
         Word::Lapse,
         Word::Resign,
         Word::Evicted,
+        Word::Hold,
+        Word::Last,
+        Word::High,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +73,9 @@ impl Word {
             Word::Lapse => "lapse",
             Word::Resign => "resign",
             Word::Evicted => "EVICTED",
+            Word::Hold => "HOLD",
+            Word::Last => "LAST",
+            Word::High => "HIGH",
         }
     }
 
@@ -82,6 +91,24 @@ impl Word {
             Kind::Election => Word::Leader,
             Kind::Semaphore => Word::Semaphore,
         }
+    }
+
+    /// The op an argument names (ops are upper-case words; matched in any case).
+    fn op(arg: &[u8]) -> Option<Word> {
+        const OPS: [Word; 10] = [
+            Word::Grant,
+            Word::Take,
+            Word::Limit,
+            Word::Release,
+            Word::Drop,
+            Word::Renew,
+            Word::Hold,
+            Word::Last,
+            Word::High,
+            Word::Evicted,
+        ];
+        OPS.into_iter()
+            .find(|w| w.as_str().as_bytes().eq_ignore_ascii_case(arg))
     }
 
     fn of_mode(mode: Mode) -> Word {
@@ -115,6 +142,89 @@ pub enum Arg<'a> {
 /// the format, read back by [`parse_ops`].
 pub fn encode<'a>(effects: &'a [Effect], mut out: impl FnMut(Arg<'a>)) {
     for e in effects {
+        encode_effect(e, &mut out);
+    }
+}
+
+/// A record that is not an effect: what an AOF rewrite writes to rebuild a key as it is, and
+/// an eviction's hold-back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    /// `HOLD owner reads writes deadline token`
+    Hold(&'a Id, Hold),
+    /// `LAST token`: the key's last token.
+    Last(u64),
+    /// `HIGH token`: the server-wide token high-water mark.
+    High(u64),
+    /// `LIMIT n`: a semaphore's limit.
+    Limit(u32),
+    /// `EVICTED until`
+    Evicted(u64),
+}
+
+/// Writes `records` as `LEASE.APPLY` arguments (after the key and kind).
+pub fn encode_records<'a>(records: &[Record<'a>], mut out: impl FnMut(Arg<'a>)) {
+    for r in records {
+        match *r {
+            Record::Hold(owner, h) => {
+                out(Arg::Word(Word::Hold));
+                out(Arg::Id(owner));
+                out(Arg::Num(h.reads.into()));
+                out(Arg::Num(h.writes.into()));
+                out(Arg::Num(h.deadline));
+                out(Arg::Num(h.token));
+            }
+            Record::Last(t) => {
+                out(Arg::Word(Word::Last));
+                out(Arg::Num(t));
+            }
+            Record::High(t) => {
+                out(Arg::Word(Word::High));
+                out(Arg::Num(t));
+            }
+            Record::Limit(n) => {
+                out(Arg::Word(Word::Limit));
+                out(Arg::Num(n.into()));
+            }
+            Record::Evicted(until) => {
+                out(Arg::Word(Word::Evicted));
+                out(Arg::Num(until));
+            }
+        }
+    }
+}
+
+/// The name a server-wide record (`HIGH` alone) is written under: it makes no key.
+pub const HIGH_KEY: &[u8] = b"lease:high";
+
+/// Holders per `LEASE.APPLY` command of an AOF rewrite (as Redis batches big values).
+pub const HOLDS_PER_COMMAND: usize = 64;
+
+/// The `LEASE.APPLY` commands (their records) that rebuild a key as it is: the key's last
+/// token, the server-wide high-water mark `high` (so an AOF without an RDB preamble keeps it
+/// as long as one key exists), a semaphore's limit, and the holders, in commands of at most
+/// [`HOLDS_PER_COMMAND`] holders. The first command carries the first holders too, so the key
+/// it makes is never empty (an empty key is deleted at once, and LAST would be lost with it).
+pub fn rewrite(kind: Kind, lock: &Lock, high: u64) -> Vec<Vec<Record<'_>>> {
+    let mut first = vec![Record::Last(lock.last_token()), Record::High(high)];
+    if kind == Kind::Semaphore {
+        first.push(Record::Limit(lock.limit()));
+    }
+    let mut out = vec![first];
+    let holders: Vec<_> = lock.holders().collect();
+    for (i, chunk) in holders.chunks(HOLDS_PER_COMMAND).enumerate() {
+        if i > 0 {
+            out.push(Vec::new());
+        }
+        if let Some(cmd) = out.last_mut() {
+            cmd.extend(chunk.iter().map(|h| Record::Hold(h.owner, h.hold)));
+        }
+    }
+    out
+}
+
+fn encode_effect<'a>(e: &'a Effect, out: &mut impl FnMut(Arg<'a>)) {
+    {
         match e {
             Effect::Grant {
                 owner,
@@ -212,10 +322,12 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
     let mut ops = Vec::new();
     let mut i = 0;
     while i < args.len() {
-        let op = args[i].to_ascii_uppercase();
         let a = |k: usize| args.get(i + k);
-        let (parsed, used) = match op.as_slice() {
-            b"GRANT" => {
+        let Some(op) = Word::op(args[i]) else {
+            return Err(bad("unknown op"));
+        };
+        let (parsed, used) = match op {
+            Word::Grant => {
                 let mode = match a(2).map(|m| m.to_ascii_lowercase()) {
                     Some(m) if m == b"read" => Mode::Read,
                     Some(m) if m == b"write" => Mode::Write,
@@ -229,7 +341,7 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
                 };
                 (Op::Effect(effect), 5)
             }
-            b"TAKE" => {
+            Word::Take => {
                 let effect = Effect::Take {
                     owner: owner(a(1))?,
                     permits: count(a(2), "permits")?.max(1),
@@ -238,20 +350,20 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
                 };
                 (Op::Effect(effect), 5)
             }
-            b"LIMIT" => {
+            Word::Limit => {
                 let limit = count(a(1), "limit")?;
                 if limit == 0 || limit > i32::MAX as u32 {
                     return Err(bad("limit must be from 1 to 2147483647"));
                 }
                 (Op::Effect(Effect::Limit { limit }), 2)
             }
-            b"RELEASE" => (
+            Word::Release => (
                 Op::Effect(Effect::Release {
                     owner: owner(a(1))?,
                 }),
                 2,
             ),
-            b"DROP" => {
+            Word::Drop => {
                 let reason = match a(2).map(|r| r.to_ascii_lowercase()) {
                     Some(r) if r == b"lapse" => DropReason::Lapse,
                     Some(r) if r == b"resign" => DropReason::Resign,
@@ -263,14 +375,14 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
                 };
                 (Op::Effect(effect), 3)
             }
-            b"RENEW" => {
+            Word::Renew => {
                 let effect = Effect::Renew {
                     owner: owner(a(1))?,
                     deadline: deadline(a(2))?,
                 };
                 (Op::Effect(effect), 3)
             }
-            b"HOLD" => {
+            Word::Hold => {
                 let hold = Hold {
                     reads: count(a(2), "reads")?,
                     writes: count(a(3), "writes")?,
@@ -279,9 +391,9 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
                 };
                 (Op::Hold(owner(a(1))?, hold), 6)
             }
-            b"LAST" => (Op::Last(token(a(1))?), 2),
-            b"HIGH" => (Op::High(token(a(1))?), 2),
-            b"EVICTED" => (Op::Evicted(deadline(a(1))?), 2),
+            Word::Last => (Op::Last(token(a(1))?), 2),
+            Word::High => (Op::High(token(a(1))?), 2),
+            Word::Evicted => (Op::Evicted(deadline(a(1))?), 2),
             _ => return Err(bad("unknown op")),
         };
         ops.push(parsed);
@@ -391,6 +503,48 @@ mod tests {
             let args: Vec<&[u8]> = bad.split(' ').map(str::as_bytes).collect();
             assert!(parse_ops(&args).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_rewrite_parses_back_to_the_key_it_was_made_from() {
+        let mut lock = Lock::new();
+        lock.observe_token(90);
+        lock.restore_limit(200);
+        let hold = |token| Hold {
+            reads: 1,
+            writes: 0,
+            deadline: 1000 + token,
+            token,
+        };
+        for i in 0..(HOLDS_PER_COMMAND as u64 + 3) {
+            lock.restore(Id::from(format!("o{i}").as_str()), hold(i + 1));
+        }
+        let cmds = rewrite(Kind::Semaphore, &lock, 500);
+        assert_eq!(cmds.len(), 2, "the holders come in two commands");
+        let mut holds = 0;
+        for (n, cmd) in cmds.iter().enumerate() {
+            let mut args: Vec<Vec<u8>> = Vec::new();
+            encode_records(cmd, |a| {
+                args.push(match a {
+                    Arg::Word(w) => w.as_str().as_bytes().to_vec(),
+                    Arg::Id(id) => id.to_vec(),
+                    Arg::Num(n) => n.to_string().into_bytes(),
+                })
+            });
+            let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+            let ops = parse_ops(&refs).unwrap();
+            if n == 0 {
+                assert_eq!(&ops[..2], &[Op::Last(90), Op::High(500)]);
+                assert_eq!(ops[2], Op::Effect(Effect::Limit { limit: 200 }));
+            }
+            for op in ops {
+                if let Op::Hold(owner, h) = op {
+                    assert_eq!(lock.holders().find(|v| *v.owner == owner).unwrap().hold, h);
+                    holds += 1;
+                }
+            }
+        }
+        assert_eq!(holds, HOLDS_PER_COMMAND + 3);
     }
 
     #[test]

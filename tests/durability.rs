@@ -318,8 +318,8 @@ fn aof_base(s: &Server) -> (String, Vec<u8>) {
 }
 
 /// `keeper`: another lock key stays held through the rewrite. Without the RDB preamble the
-/// high-water mark rides on the LEASE.APPLY records of the keys that still exist, so with no
-/// lock key left at all only the clock floor remains (README: limits).
+/// high-water mark rides on the LEASE.APPLY records of the keys that still exist, and with no
+/// lock key left at all on a record the module writes to the rewrite's new incremental file.
 fn high_water_after_rewrite(preamble: &str, keeper: bool) {
     let o = aof_opts("always").arg("aof-use-rdb-preamble", preamble);
     let mut s = Server::with(o.clone());
@@ -356,6 +356,13 @@ fn aof_rewrite_with_preamble_keeps_token_high_water_of_deleted_keys() {
 #[test]
 fn aof_rewrite_without_preamble_keeps_token_high_water_of_deleted_keys() {
     high_water_after_rewrite("no", true);
+}
+
+/// Issue 20, item 6: with no lock key at all when the AOF is rewritten without an RDB
+/// preamble, tokens still never go backward after a restart.
+#[test]
+fn aof_rewrite_without_preamble_or_any_lock_key_keeps_token_high_water() {
+    high_water_after_rewrite("no", false);
 }
 
 /// Every GRANT / RENEW / HOLD deadline in the AOF commands is an absolute time (ms since the

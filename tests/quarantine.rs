@@ -272,3 +272,50 @@ fn without_a_quarantine_a_stall_is_counted_and_grants_stay_open() {
     assert_eq!(left(&mut c), 0);
     token(&r!(c, "RWLOCK.WLOCK", "k", "a", 1000));
 }
+
+/// Issue 20, item 9: `CONFIG SET lease.quarantine 0` ends a running quarantine at once (its
+/// waiters are served, new grants are made); a lower value shortens it to that long from its
+/// start.
+#[test]
+fn setting_the_quarantine_to_zero_ends_a_running_one() {
+    let s = Server::with(debug_opts().module_arg("quarantine", "30000"));
+    let mut c = conn(&s);
+    assert!(left(&mut c) > 20_000);
+    let mut w = Sock::connect(s.port);
+    w.send(&[b"RWLOCK.WLOCK", b"k", b"w", b"1000", b"WAIT", b"20000"]);
+    until(Duration::from_secs(10), "the waiter parks", || {
+        info_int(&mut c, "lease", "lease_lobby_waiters") == 1
+    });
+    let set = Instant::now();
+    r!(c, "CONFIG", "SET", "lease.quarantine", "0");
+    assert_eq!(left(&mut c), 0, "the quarantine ended");
+    let r = w
+        .try_reply(Duration::from_secs(3))
+        .unwrap()
+        .unwrap_or_else(|| {
+            panic!(
+                "the waiter still waits {:?} after the quarantine ended",
+                set.elapsed()
+            )
+        });
+    assert!(r.int() > 0, "{r:?}");
+    token(&r!(c, "RWLOCK.WLOCK", "fresh", "a", 1000));
+
+    // Lowering it: the quarantine lasts the new value from its start.
+    let s = Server::with(debug_opts().module_arg("quarantine", "30000"));
+    let mut c = conn(&s);
+    let started = Instant::now();
+    r!(c, "CONFIG", "SET", "lease.quarantine", "2000");
+    let ms = left(&mut c);
+    assert!(
+        ms <= 2000,
+        "lease_quarantine_ms {ms} after lowering it to 2000"
+    );
+    until(
+        Duration::from_secs(5),
+        "the shortened quarantine ends",
+        || left(&mut c) == 0,
+    );
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    token(&r!(c, "RWLOCK.WLOCK", "fresh", "a", 1000));
+}

@@ -332,3 +332,35 @@ fn a_replica_follows_swapdb_and_deletes_and_once_promoted_runs_the_lapses() {
             && info_int(&mut cr, "lease", "lease_scheduled_wakeups") == 0
     });
 }
+
+/// Issue 20, item 5: LEASE.EXEC on a writable replica answered as the other module commands
+/// do (READONLY), so a fenced write never lands on the replica alone.
+#[test]
+fn a_writable_replica_refuses_lease_exec() {
+    let (m, r) = pair();
+    let mut cm = conn(&m);
+    let mut cr = conn(&r);
+    assert_eq!(
+        text(&r!(cr, "CONFIG", "SET", "replica-read-only", "no")),
+        "OK"
+    );
+    let t = wlock(&mut cm, "held", "H", LONG).unwrap();
+    sync(&m, &r);
+    let v = r!(cr, "LEASE.EXEC", "held", t, "SET", "fenced", "v");
+    assert!(
+        is_err(&v) && err(&v).starts_with("READONLY"),
+        "LEASE.EXEC on a writable replica: {v:?}"
+    );
+    assert_eq!(
+        exists(&mut cr, "fenced"),
+        0,
+        "the write landed on the replica"
+    );
+    // On the master it runs, and reaches the replica by replication.
+    assert_eq!(
+        text(&r!(cm, "LEASE.EXEC", "held", t, "SET", "fenced", "v")),
+        "OK"
+    );
+    converge(&m, &r, SETTLE, "after the fenced write");
+    assert_eq!(text(&r!(cr, "GET", "fenced")), "v");
+}

@@ -1,4 +1,4 @@
-//! The chart: eight panels of grouped bars drawn from the result rows, one bar per contender,
+//! The chart: twelve panels of grouped bars drawn from the result rows, one bar per contender,
 //! as plain SVG. A contender that cannot run a case gets "n/a" where its bar would be; a lower
 //! bound (a waiter never served) is drawn pale with "≥".
 
@@ -56,7 +56,7 @@ fn target_number(r: &Row) -> Option<f64> {
         .and_then(|t| t.trim_end_matches(" ms").parse().ok())
 }
 
-const PANELS: [Panel; 8] = [
+const PANELS: [Panel; 12] = [
     Panel {
         title: "1a uncontended, pipelined: pairs/s",
         pick: |r| pick("1a", "pairs/s", r).then(|| r.case.clone()),
@@ -102,6 +102,13 @@ const PANELS: [Panel; 8] = [
         target: target_number,
     },
     Panel {
+        title: "2 contended hand-off: wait p99 by time spent waiting, open waits counted (ms, log)",
+        pick: |r| pick("2", "wait p99 by time waited", r).then(|| first_word(&r.case)),
+        whisker: None,
+        log: true,
+        target: target_number,
+    },
+    Panel {
         title: "2 contended hand-off: fairness (fewest / most grants per worker)",
         pick: |r| pick("2", "min/max grants per worker", r).then(|| first_word(&r.case)),
         whisker: None,
@@ -137,7 +144,37 @@ const PANELS: [Panel; 8] = [
         log: false,
         target: |_| Some(0.8),
     },
+    Panel {
+        title: "7 growth: server µs per lock+unlock pair, by locks held (flat = O(1))",
+        pick: |r| pick("7", "server µs/pair", r).then(|| first_word(&r.case)),
+        whisker: None,
+        log: false,
+        target: |_| None,
+    },
+    Panel {
+        title: "7 growth: used_memory per lock (B), by locks held",
+        pick: |r| pick("7", "used_memory per lock", r).then(|| first_word(&r.case)),
+        whisker: None,
+        log: false,
+        target: |_| None,
+    },
+    Panel {
+        title: "7 growth: hand-off p99 (ms), by parked requests / keys",
+        pick: |r| pick("7", "hand-off p99", r).then(|| growth_label(&r.case)),
+        whisker: None,
+        log: false,
+        target: |_| None,
+    },
 ];
+
+/// "10000 parked over 100 keys (100 per key)" -> "10000 / 100 keys".
+fn growth_label(case: &str) -> String {
+    let mut w = case.split(' ');
+    match (w.next(), w.nth(2)) {
+        (Some(n), Some(k)) => format!("{n} / {k} keys"),
+        _ => case.to_string(),
+    }
+}
 
 /// The whole chart.
 pub fn svg(rows: &[Row], about: &[String]) -> String {

@@ -23,6 +23,8 @@ pub mod s3_flood;
 pub mod s4_lapse;
 pub mod s5_scale;
 pub mod s6_semaphore;
+pub mod s7_growth;
+pub mod waiting;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
@@ -53,6 +55,8 @@ pub struct Config {
     pub mode: Mode,
     /// Scenario numbers to run (1..=6); empty = all.
     pub only: Vec<u32>,
+    /// Other servers to run scenarios 1a, 2, 5 and 7 on as well: (label, binary).
+    pub servers: Vec<(String, PathBuf)>,
     /// Wait at most this long for other processes to quiet down before starting.
     pub wait_idle: Option<Duration>,
 }
@@ -63,6 +67,7 @@ impl Default for Config {
             out: PathBuf::from("bench/out"),
             mode: Mode::Full { scale: 1.0 },
             only: Vec::new(),
+            servers: Vec::new(),
             wait_idle: None,
         }
     }
@@ -107,6 +112,16 @@ pub struct Settings {
     pub s6_secs: f64,
     pub s6_grace: Duration,
     pub s6_max_grants: u64,
+    /// Held locks at each step of the growth scenario.
+    pub s7_held: Vec<usize>,
+    /// (parked requests, over how many keys).
+    pub s7_parked: Vec<(usize, usize)>,
+    /// Hand-offs sampled per parked case.
+    pub s7_handoffs: usize,
+    /// Leases ending in the same second.
+    pub s7_lapses: usize,
+    /// How many parked requests the open-files limit allows.
+    pub s7_room: usize,
 }
 
 impl Settings {
@@ -145,6 +160,11 @@ impl Settings {
             s6_secs: 3.0,
             s6_grace: Duration::from_secs(3),
             s6_max_grants: 1_000_000,
+            s7_held: vec![10_000, 100_000, 1_000_000],
+            s7_parked: vec![(1000, 100), (10_000, 100), (10_000, 10_000)],
+            s7_handoffs: 200,
+            s7_lapses: 100_000,
+            s7_room: usize::MAX,
         };
         match mode {
             Mode::Smoke => Settings {
@@ -172,6 +192,10 @@ impl Settings {
                 s6_secs: 0.1,
                 s6_grace: Duration::from_millis(1500),
                 s6_max_grants: 20,
+                s7_held: vec![1000, 10_000],
+                s7_parked: vec![(100, 10), (200, 200)],
+                s7_handoffs: 10,
+                s7_lapses: 2000,
                 ..full
             },
             Mode::Full { scale } => {
@@ -198,7 +222,8 @@ impl Settings {
             "1a: {} conns x {} pairs per pipeline, {:.2} s per run, {} rounds; 1b: {} clients, \
              {:.2} s per run, {} rounds; 2: writers {:?}, hold {:?}, window {:.2} s; 3: {} readers, hold {:?}, {} \
              trials, bound {:?}; 4: ttl {:?}, {} trials; 5: readers {:?}, waiters {:?}, {} locks \
-             for memory; 6: workers {:?}, limit {}, permits {:?} in turn, hold {:?}, window {:.2} s",
+             for memory; 6: workers {:?}, limit {}, permits {:?} in turn, hold {:?}, window {:.2} s; \
+             7: held {:?}, parked (requests, keys) {:?}, {} lapses",
             self.s1_conns,
             self.s1_pipeline_pairs,
             self.s1_secs,
@@ -222,7 +247,10 @@ impl Settings {
             self.s6_limit,
             self.s6_mix,
             self.s6_hold,
-            self.s6_secs
+            self.s6_secs,
+            self.s7_held,
+            self.s7_parked,
+            self.s7_lapses
         )
     }
 }
@@ -359,9 +387,11 @@ async fn prepare(
     }
     v.sort();
     let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
+    // Valkey answers redis_version 7.2.4 for compatibility, and its own in valkey_version.
     let version = info
         .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
+        .find_map(|l| l.strip_prefix("valkey_version:"))
+        .or_else(|| info.lines().find_map(|l| l.strip_prefix("redis_version:")))
         .unwrap_or("?")
         .trim()
         .to_string();
@@ -397,6 +427,99 @@ fn the_contenders() -> Vec<String> {
         .collect()
 }
 
+/// One scenario's rows (`all`: scenario 1 with its one-at-a-time part, 1b).
+fn scenario(rt: &tokio::runtime::Runtime, ctx: &Ctx, st: &Settings, n: u32, all: bool) -> Vec<Row> {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match n {
+        1 => {
+            let mut r = s1_throughput::run_pipelined(ctx, st);
+            if all {
+                r.extend(rt.block_on(s1_throughput::run_sequential(ctx, st)));
+            }
+            r
+        }
+        2 => rt.block_on(s2_handoff::run(ctx, st)),
+        3 => rt.block_on(s3_flood::run(ctx, st)),
+        4 => rt.block_on(s4_lapse::run(ctx, st)),
+        5 => rt.block_on(s5_scale::run(ctx, st)),
+        6 => rt.block_on(s6_semaphore::run(ctx, st)),
+        _ => rt.block_on(s7_growth::run(ctx, st)),
+    }));
+    r.unwrap_or_else(|_| {
+        vec![Row::new(&n.to_string(), "scenario failed", "-", "")
+            .val("module", Val::Error("the harness panicked".into()))]
+    })
+}
+
+/// The scenarios that run on the other servers too.
+pub const ON_EVERY_SERVER: [u32; 4] = [1, 2, 5, 7];
+
+/// Scenarios 1a, 2, 5 and 7 on another server (`REDIS_SERVER` set to its binary while they
+/// run), their rows' scenarios prefixed with its label, and one row per server of the
+/// module's ratios to the floor in 1a.
+fn other_server(
+    rt: &tokio::runtime::Runtime,
+    cfg: &Config,
+    st: &Settings,
+    root: &Path,
+    label: &str,
+    binary: &Path,
+    maxclients: usize,
+) -> BenchResult<Vec<Row>> {
+    let before = std::env::var_os("REDIS_SERVER");
+    std::env::set_var("REDIS_SERVER", binary);
+    let started = start_server(maxclients);
+    match before {
+        Some(b) => std::env::set_var("REDIS_SERVER", b),
+        None => std::env::remove_var("REDIS_SERVER"),
+    }
+    let server = started?;
+    let client = server.client();
+    let scripts = contender::Scripts::default();
+    let (rtt, version) = rt.block_on(prepare(&client, &scripts))?;
+    let ctx = Ctx {
+        port: server.port,
+        client,
+        scripts,
+        rtt,
+        server_pid: server.pid(),
+        python: peers_python(root),
+        root: root.to_path_buf(),
+    };
+    let mut rows = Vec::new();
+    for n in ON_EVERY_SERVER {
+        if !(cfg.only.is_empty() || cfg.only.contains(&n)) {
+            continue;
+        }
+        eprintln!("[bench] {label} ({version}): scenario {n} ...");
+        let _ = rt.block_on(command(&ctx.client, "FLUSHALL"));
+        // Scenario 7 starts servers of its own: the same binary.
+        std::env::set_var("REDIS_SERVER", binary);
+        let r = scenario(rt, &ctx, st, n, false);
+        std::env::remove_var("REDIS_SERVER");
+        rows.extend(r.into_iter().map(|mut r| {
+            r.scenario = format!("{label} {version} · {}", r.scenario);
+            r
+        }));
+    }
+    Ok(rows)
+}
+
+/// Per server, the module's pairs against the floor in scenario 1a (`default`: the label of
+/// the server the other scenarios ran on).
+fn per_server(rows: &[Row], default: &str) -> Vec<Row> {
+    rows.iter()
+        .filter(|r| r.metric == "vs floor")
+        .map(|r| {
+            let server = match r.scenario.split_once(" · ") {
+                Some((label, _)) => label,
+                None => default,
+            };
+            Row::new("8 per server: module vs floor in 1a", server, &r.case, "x")
+                .val("module", r.get("module").clone())
+        })
+        .collect()
+}
+
 /// Runs the benchmark. Progress goes to stderr; the report is returned (and not written).
 pub fn run(cfg: &Config) -> BenchResult<Report> {
     let mut about = Vec::new();
@@ -421,6 +544,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
             "the open-files limit allows only {room} waiters here"
         ));
     }
+    st.s7_room = room;
     let maxclients = st.s5_waiters.iter().max().copied().unwrap_or(0) + 1000;
     let server = start_server(maxclients)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -443,7 +567,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
     let mut rows = Vec::new();
     let mut loads = Vec::new();
     let mut max_share: f64 = 0.0;
-    for n in 1..=6u32 {
+    for n in 1..=7u32 {
         if !(cfg.only.is_empty() || cfg.only.contains(&n)) {
             continue;
         }
@@ -452,22 +576,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         let other = machine::OtherLoad::start(&ctx.server_pid.into_iter().collect::<Vec<_>>());
         // Async: a blocking connect here would fail with EINTR when a worker process exits.
         let _ = rt.block_on(command(&ctx.client, "FLUSHALL"));
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match n {
-            1 => {
-                let mut r = s1_throughput::run_pipelined(&ctx, &st);
-                r.extend(rt.block_on(s1_throughput::run_sequential(&ctx, &st)));
-                r
-            }
-            2 => rt.block_on(s2_handoff::run(&ctx, &st)),
-            3 => rt.block_on(s3_flood::run(&ctx, &st)),
-            4 => rt.block_on(s4_lapse::run(&ctx, &st)),
-            5 => rt.block_on(s5_scale::run(&ctx, &st)),
-            _ => rt.block_on(s6_semaphore::run(&ctx, &st)),
-        }));
-        rows.extend(r.unwrap_or_else(|_| {
-            vec![Row::new(&n.to_string(), "scenario failed", "-", "")
-                .val("module", Val::Error("the harness panicked".into()))]
-        }));
+        rows.extend(scenario(&rt, &ctx, &st, n, true));
         let share = other.share().unwrap_or(0.0) * 100.0;
         eprintln!(
             "[bench] scenario {n} done in {:.1} s (others used {share:.0}% of the CPUs)",
@@ -487,6 +596,16 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
         }
     }
     drop(server);
+    for (label, binary) in &cfg.servers {
+        match other_server(&rt, cfg, &st, &ctx.root, label, binary, maxclients) {
+            Ok(r) => rows.extend(r),
+            Err(e) => about.push(format!("{label} ({}) did not run: {e}", binary.display())),
+        }
+    }
+    if !cfg.servers.is_empty() {
+        let ratios = per_server(&rows, &format!("redis-server {version}"));
+        rows.extend(ratios);
+    }
     if max_share >= 10.0 {
         about.insert(
             0,

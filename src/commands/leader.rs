@@ -16,7 +16,7 @@ pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = new_id(args, 2, "candidate")?;
     let ttl = ttl(args, 3)?;
     let (wait_ms, _) = options(ctx, args, 4, None)?;
-    acquire::<Election>(ctx, args, &candidate, wait_ms, 0, |core, env, wait| {
+    acquire::<Election>(ctx, args, &candidate, wait_ms, |core, env, wait| {
         core.campaign(&candidate, ttl, wait, config::max_waiters(), env)
     })
 }

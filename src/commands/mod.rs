@@ -12,7 +12,7 @@ pub mod semaphore;
 use redis_lease_core::{Acquire, Changes, Effect, Env, Id, LockError, Wait};
 
 use crate::clock;
-use crate::commit::{commit, ensure_slot, run, Origin};
+use crate::commit::{decide, replay, Open, Origin};
 use crate::ffi::args::Args;
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
@@ -21,7 +21,7 @@ use crate::ffi::reply::{Reply, ReplyError};
 use crate::num::saturating_i64;
 use crate::parse::{self, Wait as WaitOpt};
 use crate::value::{Saved, Stored};
-use crate::{config, holdback, reopen, state, waiters};
+use crate::{config, holdback, waiters};
 
 pub type Outcome = Result<Reply, ReplyError>;
 
@@ -65,13 +65,14 @@ pub fn options(
     Ok((wait, o.permits))
 }
 
-/// Grants are decided by masters only: a replica that accepts writes (`replica-read-only no`)
-/// must not grant locks nobody else would see.
+/// Grants are decided, and fenced writes run, on masters only: a replica that accepts writes
+/// (`replica-read-only no`) must not grant locks nobody else would see, nor run LEASE.EXEC's
+/// write where its master never sees it.
 pub fn writable(ctx: &Ctx) -> Result<(), ReplyError> {
     if ctx.is_master() || ctx.replicated() {
         Ok(())
     } else {
-        Err("READONLY this server is a replica: locks are granted by the master".into())
+        Err("READONLY this server is a replica: locks are granted, and fenced writes run, by the master".into())
     }
 }
 
@@ -124,17 +125,12 @@ pub fn acquire<K: Saved>(
     args: &Args,
     owner: &Id,
     wait_ms: Option<u64>,
-    limit: u32,
     op: impl FnOnce(&mut K, &mut Env, Option<Wait>) -> (Changes, Result<Acquire, LockError>),
 ) -> Outcome
 where
     Stored<K>: Typed,
 {
     writable(ctx)?;
-    let db = ctx.db();
-    let name = args.bytes(1);
-    // Waiters parked while grants were held go first, if grants opened meanwhile.
-    reopen::release(ctx, db, name);
     let wait = wait_ms.map(|ms| Wait {
         id: waiters::next_id(),
         // Like a lease, a wait never ends early: its deadline rounds up past a whole ms.
@@ -143,30 +139,20 @@ where
             now.saturating_add(ms).saturating_add(u64::from(fraction))
         }),
     });
-    let mut key = open(ctx, args)?;
-    let (v, created) = key
-        .value_or_create::<Stored<K>>(Stored::default)
-        .map_err(|_| ReplyError::from(WRONGTYPE))?;
-    if created {
-        state::count_key(1);
-        if let Some(slot) = holdback::lobby_slot(db, name) {
-            // Grants are held on this name and its waiters wait in the lobby: this request
-            // queues behind them there (see `commit::settle`).
-            v.slot = slot;
-            v.core.lock_mut().restore_limit(limit);
-        }
-    }
-    ensure_slot(v, db, name);
-    let before = v.core.lock().holder_count();
-    let (changes, result) = run(v, (db, name), |core, env| op(core, env, wait));
-    if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
-        waiters::park(ctx, w.id, v.slot);
-    }
+    let key = open(ctx, args)?;
     let origin = Origin::Here {
         owner: self::owner(args, owner),
         own: false,
     };
-    commit::<K>(key, before, changes, origin);
+    let result = decide::<K, _>(key, Open::Create, origin, |v, env| {
+        let (changes, result) = op(&mut v.core, env, wait);
+        if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
+            waiters::park(ctx, w.id, v.slot);
+        }
+        (changes, result)
+    })
+    .map_err(|_| ReplyError::from(WRONGTYPE))?
+    .ok_or(ReplyError::from("ERR could not open the key"))?;
     match result {
         Ok(Acquire::Granted(t)) => Ok(token(t)),
         Ok(Acquire::Busy) => Ok(Reply::Nil),
@@ -190,20 +176,12 @@ where
     Stored<K>: Typed,
 {
     writable(ctx)?;
-    let db = ctx.db();
-    let name = args.bytes(1);
-    let mut key = open(ctx, args)?;
-    let v = match key.value::<Stored<K>>() {
-        Ok(Some(v)) => v,
-        Ok(None) => return Ok(missing),
-        Err(_) => return Err(WRONGTYPE.into()),
-    };
-    ensure_slot(v, db, name);
-    let before = v.core.lock().holder_count();
-    let (changes, out) = run(v, (db, name), op);
+    let key = open(ctx, args)?;
     let owner = self::owner(args, owner);
-    commit::<K>(key, before, changes, Origin::Here { owner, own });
-    Ok(out)
+    let origin = Origin::Here { owner, own };
+    let out = decide::<K, _>(key, Open::Existing, origin, |v, env| op(&mut v.core, env))
+        .map_err(|_| ReplyError::from(WRONGTYPE))?;
+    Ok(out.unwrap_or(missing))
 }
 
 /// A give-back that a master replicated as it came (it was all it did there): applied here as
@@ -212,24 +190,22 @@ pub fn replay_own<K: Saved>(ctx: &Ctx, args: &Args, effect: Effect) -> Result<bo
 where
     Stored<K>: Typed,
 {
-    let mut key = open(ctx, args)?;
-    let v = match key.value::<Stored<K>>() {
-        Ok(Some(v)) => v,
-        Ok(None) => return Ok(false),
-        Err(_) => return Err(WRONGTYPE.into()),
+    let key = open(ctx, args)?;
+    let held = replay::<K, _>(key, Open::Existing, |core, tokens| {
+        let held = effect
+            .owner()
+            .is_some_and(|o| core.lock().holders().any(|h| h.owner == o));
+        core.lock_mut().apply(&effect, tokens);
+        let changes = Changes {
+            effects: smallvec::smallvec![effect],
+            ..Changes::default()
+        };
+        (changes, held)
+    })
+    .map_err(|_| ReplyError::from(WRONGTYPE))?;
+    let Some(held) = held else {
+        return Ok(false);
     };
-    ensure_slot(v, ctx.db(), args.bytes(1));
-    let before = v.core.lock().holder_count();
-    let held = effect
-        .owner()
-        .is_some_and(|o| v.core.lock().holders().any(|h| h.owner == o));
-    let mut tokens = state::with(|s| s.tokens);
-    v.core.lock_mut().apply(&effect, &mut tokens);
-    let changes = Changes {
-        effects: smallvec::smallvec![effect],
-        ..Changes::default()
-    };
-    commit::<K>(key, before, changes, Origin::Replayed);
     // This server's own AOF and replicas get it as it came.
     crate::ffi::replicate::verbatim(ctx);
     Ok(held)

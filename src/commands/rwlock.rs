@@ -15,7 +15,7 @@ fn lock(ctx: &Ctx, args: &Args, mode: Mode) -> Outcome {
     let owner = new_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
     let (wait_ms, _) = options(ctx, args, 4, None)?;
-    acquire::<RwLock>(ctx, args, &owner, wait_ms, 0, |core, env, wait| {
+    acquire::<RwLock>(ctx, args, &owner, wait_ms, |core, env, wait| {
         let req = Request {
             owner: &owner,
             mode,

@@ -18,7 +18,7 @@ pub fn acquire_cmd(ctx: &Ctx, args: &Args) -> Outcome {
     let limit = parse::limit(args.bytes(3)).map_err(ReplyError::from)?;
     let ttl = ttl(args, 4)?;
     let (wait_ms, permits) = options(ctx, args, 5, Some(limit))?;
-    acquire::<Semaphore>(ctx, args, &owner, wait_ms, limit, |core, env, wait| {
+    acquire::<Semaphore>(ctx, args, &owner, wait_ms, |core, env, wait| {
         let req = Permits {
             owner: &owner,
             limit,

@@ -1,9 +1,12 @@
 //! Commands: one table row per command (see `crate::table`) gives its registration, its
-//! COMMAND DOCS and its arity; [`run`] is the body of every command's `extern "C"` entry.
+//! COMMAND DOCS, key specs and arity, and its ACL categories; [`run`] is the body of every
+//! command's `extern "C"` entry.
 
 use std::ffi::{CStr, CString};
+use std::io::ErrorKind;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -11,12 +14,26 @@ use super::args::Args;
 use super::ctx::{log_notice, log_warning, Ctx};
 use super::reply::{Reply, ReplyError};
 use super::{api, api_opt, guard};
+use crate::syntax::{Arg, KeySpec, Keys};
 
 pub type Handler = fn(&Ctx, &Args) -> Result<Reply, ReplyError>;
 
 /// The types of a command's `extern "C"` entry, for the table's macro.
 pub type RawCtx = raw::RedisModuleCtx;
 pub type RawString = raw::RedisModuleString;
+
+/// Whether a normal user may call a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// A public command: in the module's ACL category `@lease` where the server has it.
+    Public,
+    /// Only a master's stream or the AOF sends it: marked `internal` where the server knows
+    /// the flag (Redis 8+, which hides it from other connections), in no category of users.
+    Internal,
+    /// For admins only (test builds' LEASE.FAULT): not in `@lease`, not hidden.
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    Admin,
+}
 
 /// One command.
 pub struct Spec {
@@ -25,13 +42,36 @@ pub struct Spec {
     pub func:
         extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int,
     pub flags: &'static CStr,
-    /// As Redis counts it: exactly n arguments (with the name), or at least -n.
+    /// As Redis counts it (from `args`): exactly n arguments (with the name), or at least -n.
     pub arity: i32,
-    /// An ACL category to add where the server allows modules to (Redis 7.2+, Valkey).
-    pub acl: Option<&'static CStr>,
+    pub args: &'static [Arg],
+    pub keys: &'static [KeySpec],
+    /// The ACL categories, where the server lets modules set them (Redis 7.2+, Valkey);
+    /// `@lease` is added to public commands where modules may add categories (Redis 7.4+).
+    pub acl: &'static CStr,
+    pub reach: Reach,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
 }
+
+/// What this server let the module do with ACL categories (probed while loading).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AclSupport {
+    /// `RedisModule_SetCommandACLCategories` set the commands' categories.
+    pub categories: bool,
+    /// `RedisModule_AddACLCategory` made `@lease`.
+    pub module_category: bool,
+}
+
+static ACL_SUPPORT: OnceLock<AclSupport> = OnceLock::new();
+
+/// What the server allowed (all false before the module loaded).
+pub fn acl_support() -> AclSupport {
+    ACL_SUPPORT.get().copied().unwrap_or_default()
+}
+
+/// The module's ACL category.
+pub const CATEGORY: &CStr = c"lease";
 
 fn arity_ok(arity: i32, n: usize) -> bool {
     if arity >= 0 {
@@ -83,73 +123,133 @@ pub fn run(
     raw::REDISMODULE_OK as c_int
 }
 
-/// Registers every command of `table` (while the module loads), with COMMAND DOCS where
-/// the server has `RedisModule_SetCommandInfo`.
+/// Makes the module's ACL category where the server allows it (Redis 7.4+, Valkey 9), and
+/// records what the server supports; call once, while loading, before [`register`].
+pub fn probe_acl(ctx: &Ctx) -> AclSupport {
+    let categories = api_opt!(RedisModule_SetCommandACLCategories).is_some();
+    let module_category = categories
+        && api_opt!(RedisModule_AddACLCategory).is_some_and(|add| {
+            // SAFETY: called from OnLoad with a static name.
+            let ok = unsafe { add(ctx.raw(), CATEGORY.as_ptr()) } == raw::REDISMODULE_OK as i32;
+            // EBUSY: it exists already (a category outlives the module that added it).
+            let exists = !ok && std::io::Error::last_os_error().kind() == ErrorKind::ResourceBusy;
+            if exists {
+                log_notice("lease: the ACL category @lease exists already: using it");
+            } else if !ok {
+                log_warning("lease: could not add the ACL category @lease");
+            }
+            ok || exists
+        });
+    let support = AclSupport {
+        categories,
+        module_category,
+    };
+    let _ = ACL_SUPPORT.set(support);
+    if !categories {
+        log_notice(
+            "lease: this server cannot give module commands ACL categories (Redis 7.2+ can): \
+             grant the module's commands by name (README, \"ACL\")",
+        );
+    } else if !module_category {
+        log_notice(
+            "lease: this server cannot add the ACL category @lease (Redis 7.4+ can): the \
+             commands are in @read / @write and the other built-in categories only",
+        );
+    }
+    support
+}
+
+/// Registers every command of `table` (while the module loads), with COMMAND DOCS, key specs
+/// and arity where the server has `RedisModule_SetCommandInfo`, and ACL categories as far as
+/// [`probe_acl`] found them.
 pub fn register(ctx: &Ctx, table: &[Spec]) -> Result<(), String> {
+    let acl = acl_support();
     for spec in table {
-        // SAFETY: called from OnLoad; every pointer is a static string or function. The key
-        // is argument 1 of every command.
+        create(ctx, spec)?;
+        let Some(get) = api_opt!(RedisModule_GetCommand) else {
+            continue;
+        };
+        // SAFETY: the command was just created under this name.
+        let cmd = unsafe { get(ctx.raw(), spec.name.as_ptr()) };
+        if cmd.is_null() {
+            return Err(format!("could not find {}", spec.name.to_string_lossy()));
+        }
+        super::docs::describe(cmd, spec);
+        if acl.categories {
+            categorize(cmd, spec, acl.module_category)?;
+        }
+    }
+    Ok(())
+}
+
+/// The legacy key range (first, last, step) of a command's key specs.
+fn key_range(keys: &[KeySpec]) -> (c_int, c_int, c_int) {
+    match keys {
+        [KeySpec {
+            keys: Keys::At(i), ..
+        }] => (*i, *i, 1),
+        _ => (0, 0, 0),
+    }
+}
+
+fn create(ctx: &Ctx, spec: &Spec) -> Result<(), String> {
+    let (first, last, step) = key_range(spec.keys);
+    let try_flags = |flags: &CStr| {
+        // SAFETY: called from OnLoad; every pointer is a static string or function.
         let rc = unsafe {
             api!(RedisModule_CreateCommand)(
                 ctx.raw(),
                 spec.name.as_ptr(),
                 Some(spec.func),
-                spec.flags.as_ptr(),
-                1,
-                1,
-                1,
+                flags.as_ptr(),
+                first,
+                last,
+                step,
             )
         };
-        if rc != raw::REDISMODULE_OK as i32 {
-            return Err(format!(
-                "could not register {}",
-                spec.name.to_string_lossy()
-            ));
+        rc == raw::REDISMODULE_OK as i32
+    };
+    if spec.reach == Reach::Internal {
+        // Servers that do not know the flag refuse it: the command is then made without it
+        // (and refuses any client itself).
+        let internal = CString::new(format!("{} internal", spec.flags.to_string_lossy()))
+            .map_err(|e| e.to_string())?;
+        if try_flags(&internal) {
+            return Ok(());
         }
-        describe(ctx, spec);
     }
-    Ok(())
+    if try_flags(spec.flags) {
+        Ok(())
+    } else {
+        Err(format!(
+            "could not register {}",
+            spec.name.to_string_lossy()
+        ))
+    }
 }
 
-fn describe(ctx: &Ctx, spec: &Spec) {
-    let (Some(get), Some(set)) = (
-        api_opt!(RedisModule_GetCommand),
-        api_opt!(RedisModule_SetCommandInfo),
-    ) else {
-        return;
+fn categorize(
+    cmd: *mut raw::RedisModuleCommand,
+    spec: &Spec,
+    module_category: bool,
+) -> Result<(), String> {
+    let Some(set) = api_opt!(RedisModule_SetCommandACLCategories) else {
+        return Ok(());
     };
-    let version = raw::RedisModuleCommandInfoVersion {
-        version: 1,
-        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
-        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
-        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
-    };
-    let since = CString::new(env!("CARGO_PKG_VERSION")).unwrap_or_default();
-    let info = raw::RedisModuleCommandInfo {
-        version: &version,
-        summary: spec.summary.as_ptr(),
-        complexity: spec.complexity.as_ptr(),
-        since: since.as_ptr(),
-        history: std::ptr::null_mut(),
-        tips: std::ptr::null(),
-        arity: spec.arity,
-        key_specs: std::ptr::null_mut(),
-        args: std::ptr::null_mut(),
-    };
-    // SAFETY: the command was just created; Redis copies the info it keeps.
-    unsafe {
-        let cmd = get(ctx.raw(), spec.name.as_ptr());
-        if cmd.is_null() || set(cmd, &info) != raw::REDISMODULE_OK as i32 {
-            log_notice(&format!(
-                "lease: could not set COMMAND DOCS of {}",
-                spec.name.to_string_lossy()
-            ));
-            return;
-        }
-        if let (Some(acl), Some(set_acl)) =
-            (spec.acl, api_opt!(RedisModule_SetCommandACLCategories))
-        {
-            set_acl(cmd, acl.as_ptr());
-        }
+    let mut acl = spec.acl.to_string_lossy().into_owned();
+    if module_category && spec.reach == Reach::Public {
+        acl = format!("{acl} {}", CATEGORY.to_string_lossy());
     }
+    let acl = CString::new(acl).map_err(|e| e.to_string())?;
+    // SAFETY: a command of this module, while it loads; Redis parses the string at once.
+    if unsafe { set(cmd, acl.as_ptr()) } != raw::REDISMODULE_OK as i32 {
+        // Without its categories no user granted by category could call it: fail the load
+        // rather than leave an operator guessing.
+        return Err(format!(
+            "could not set the ACL categories '{}' of {}",
+            acl.to_string_lossy(),
+            spec.name.to_string_lossy()
+        ));
+    }
+    Ok(())
 }

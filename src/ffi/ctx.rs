@@ -60,6 +60,11 @@ impl Ctx {
             || flag(f, raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING))
     }
 
+    /// The AOF is on.
+    pub fn aof_on(&self) -> bool {
+        flag(self.flags(), raw::REDISMODULE_CTX_FLAGS_AOF)
+    }
+
     /// This server runs in Redis Cluster mode.
     pub fn is_cluster(&self) -> bool {
         flag(self.flags(), raw::REDISMODULE_CTX_FLAGS_CLUSTER)

@@ -17,6 +17,11 @@ impl Section {
         unsafe { api!(RedisModule_InfoAddFieldLongLong)(self.raw, name.as_ptr(), v) };
     }
 
+    pub fn text(&mut self, name: &CStr, v: &CStr) {
+        // SAFETY: as above; Redis copies the value.
+        unsafe { api!(RedisModule_InfoAddFieldCString)(self.raw, name.as_ptr(), v.as_ptr()) };
+    }
+
     pub fn float(&mut self, name: &CStr, v: f64) {
         // SAFETY: as above.
         unsafe { api!(RedisModule_InfoAddFieldDouble)(self.raw, name.as_ptr(), v) };

@@ -8,6 +8,7 @@ pub mod block;
 pub mod call;
 pub mod command;
 pub mod ctx;
+pub mod docs;
 pub mod guard;
 pub mod info;
 pub mod io;

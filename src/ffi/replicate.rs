@@ -13,7 +13,7 @@ use super::api;
 use super::ctx::Ctx;
 use super::string::{RStr, RString};
 use crate::num::saturating_i64;
-use crate::wire::{encode, Arg, Word};
+use crate::wire::{encode, encode_records, Arg, Record, Word};
 
 /// The fixed words as Redis strings (their addresses), created once and kept for the life of
 /// the process. A static, so leak checkers see them as reachable.
@@ -75,15 +75,29 @@ pub fn effects(ctx: &Ctx, key: RStr, kind: Word, owner: Option<Owner>, effects: 
     drop(made);
 }
 
-/// Replicates `LEASE.APPLY key kind EVICTED until`: the key was evicted while its leases ran.
-pub fn evicted(ctx: &Ctx, key: RStr, kind: Word, until: u64) {
-    let until = RString::from_i64(saturating_i64(until));
-    let args = [
-        key.raw(),
-        word(kind),
-        word(Word::Evicted),
-        until.as_str().raw(),
-    ];
+/// Replicates `LEASE.APPLY key kind records...`: records about a name, or the server (an
+/// eviction's hold-back, the token high-water mark).
+pub fn records(ctx: &Ctx, key: RStr, kind: Word, records: &[Record]) {
+    let mut args: SmallVec<[*mut raw::RedisModuleString; 4]> = SmallVec::new();
+    let mut made: SmallVec<[RString; 2]> = SmallVec::new();
+    args.push(key.raw());
+    args.push(word(kind));
+    encode_records(records, |a| {
+        let s = match a {
+            Arg::Word(w) => word(w),
+            Arg::Num(n) => {
+                made.push(RString::from_i64(saturating_i64(n)));
+                made.last()
+                    .map_or(std::ptr::null_mut(), |s| s.as_str().raw())
+            }
+            Arg::Id(id) => {
+                made.push(RString::from_bytes(&id.bytes()));
+                made.last()
+                    .map_or(std::ptr::null_mut(), |s| s.as_str().raw())
+            }
+        };
+        args.push(s);
+    });
     // SAFETY: live strings; Redis takes its own references ("v").
     unsafe {
         api!(RedisModule_Replicate)(
@@ -94,6 +108,7 @@ pub fn evicted(ctx: &Ctx, key: RStr, kind: Word, until: u64) {
             args.len(),
         );
     }
+    drop(made);
 }
 
 /// Replicates the running command as it was sent.

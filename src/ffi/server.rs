@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use super::ctx::Ctx;
 use super::string::RStr;
-use super::{api, guard};
+use super::{api, api_opt, guard};
 
 /// Where data loading stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +33,11 @@ pub struct Handlers {
     pub evicted: fn(&Ctx, RStr),
     /// The server's cron ran; it runs `hz` times a second.
     pub cron: fn(&Ctx, i32),
+    /// The event loop is about to sleep, or woke up (Redis 7.0+): the server is running.
+    pub turn: fn(&Ctx),
+    /// This server just forked a child (an RDB save, an AOF rewrite, a full sync); runs in
+    /// the parent, after an AOF rewrite opened its new incremental file.
+    pub forked: fn(&Ctx),
 }
 
 static HANDLERS: OnceLock<Handlers> = OnceLock::new();
@@ -52,16 +57,61 @@ fn subscribe(ctx: &Ctx, id: u64, cb: raw::RedisModuleEventCallback) -> Result<()
     }
 }
 
+/// Valkey 8.1+'s `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION`: RM_Replicate and RM_EmitAOF
+/// skip looking the command name up. Redis gives the bit no such meaning (and may give it
+/// another), so it is set only on a Valkey that has it.
+const VALKEY_SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
+
+static SKIPS_VALIDATION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the module set Valkey's skip-command-validation option (for INFO).
+pub fn skipping_command_validation() -> bool {
+    SKIPS_VALIDATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether this server is Valkey 8.1 or later (`valkey_version` in INFO server).
+fn skips_command_validation(ctx: &Ctx) -> bool {
+    let (Some(get), Some(field), Some(free)) = (
+        api_opt!(RedisModule_GetServerInfo),
+        api_opt!(RedisModule_ServerInfoGetFieldC),
+        api_opt!(RedisModule_FreeServerInfo),
+    ) else {
+        return false;
+    };
+    // SAFETY: called while loading, on the main thread; the info data is freed before
+    // returning and the field's text is copied out before that.
+    let version = unsafe {
+        let info = get(ctx.raw(), c"server".as_ptr());
+        if info.is_null() {
+            return false;
+        }
+        let v = field(info, c"valkey_version".as_ptr());
+        let out =
+            (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned());
+        free(ctx.raw(), info);
+        out
+    };
+    let Some(v) = version else { return false };
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (8, 1)
+}
+
 /// Sets the module options and subscribes `h` to every event it handles.
 pub fn init(ctx: &Ctx, h: Handlers) -> Result<(), String> {
+    let mut options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int;
+    if skips_command_validation(ctx) {
+        options |= VALKEY_SKIP_COMMAND_VALIDATION;
+    }
     // SAFETY: called while loading. HANDLE_IO_ERRORS makes a bad payload a load error (the
     // data-type callbacks check every read) instead of stopping the server.
     unsafe {
-        api!(RedisModule_SetModuleOptions)(
-            ctx.raw(),
-            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int,
-        );
+        api!(RedisModule_SetModuleOptions)(ctx.raw(), options);
     }
+    SKIPS_VALIDATION.store(
+        options & VALKEY_SKIP_COMMAND_VALIDATION != 0,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let _ = HANDLERS.set(h);
     subscribe(ctx, raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush))?;
     subscribe(ctx, raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb))?;
@@ -72,6 +122,8 @@ pub fn init(ctx: &Ctx, h: Handlers) -> Result<(), String> {
     )?;
     subscribe(ctx, raw::REDISMODULE_EVENT_LOADING, Some(on_loading))?;
     subscribe(ctx, raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))?;
+    subscribe(ctx, raw::REDISMODULE_EVENT_EVENTLOOP, Some(on_turn))?;
+    subscribe(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_fork))?;
     let types = (raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
     // SAFETY: called while loading; the callback is a plain function.
     let rc =
@@ -164,6 +216,51 @@ extern "C" fn on_cron(
             (h.cron)(&ctx, hz);
         }
     });
+}
+
+extern "C" fn on_turn(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    _data: *mut c_void,
+) {
+    guard::callback("the event loop event", || {
+        // SAFETY: the callback's context.
+        if let (Some(h), Some(ctx)) = (handlers(), unsafe { event_ctx(ctx) }) {
+            (h.turn)(&ctx);
+        }
+    });
+}
+
+extern "C" fn on_fork(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+        return;
+    }
+    guard::callback("the fork event", || {
+        // SAFETY: the callback's context.
+        if let (Some(h), Some(ctx)) = (handlers(), unsafe { event_ctx(ctx) }) {
+            (h.forked)(&ctx);
+        }
+    });
+}
+
+/// The server's monotonic clock in ms (`RedisModule_MonotonicMicroseconds`): local durations
+/// (the stall check) must not follow steps of the wall clock.
+pub fn monotonic_ms() -> u64 {
+    match super::api_opt!(RedisModule_MonotonicMicroseconds) {
+        // SAFETY: a plain function of the server, with no arguments.
+        Some(f) => (unsafe { f() }) / 1000,
+        None => {
+            static START: OnceLock<std::time::Instant> = OnceLock::new();
+            let start = START.get_or_init(std::time::Instant::now);
+            start.elapsed().as_millis() as u64 + 1
+        }
+    }
 }
 
 extern "C" fn on_loading(

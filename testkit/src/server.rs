@@ -39,12 +39,18 @@ pub struct Options {
     pub module_args: Vec<String>,
     /// Start without the module.
     pub no_module: bool,
+    /// Extra environment variables for the server process (e.g. `LD_PRELOAD` for a shim).
+    pub env: Vec<(String, String)>,
 }
 
 impl Options {
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.args.push(format!("--{name}"));
         self.args.extend(value.split(' ').map(str::to_string));
+        self
+    }
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_string(), value.to_string()));
         self
     }
     pub fn module_arg(mut self, name: &str, value: &str) -> Self {
@@ -151,6 +157,7 @@ impl Server {
             cmd.args(&self.opts.module_args);
         }
         cmd.args(&self.opts.args);
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

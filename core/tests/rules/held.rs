@@ -4,7 +4,8 @@
 
 use super::Fixture;
 use redis_lease_core::{
-    Acquire, Effect, Election, Grants, Lock, LockError, Mode, Permits, RwLock, Semaphore, Wait,
+    Acquire, Effect, Election, Grants, Keyed, Lock, LockError, Mode, Permits, Request, RwLock,
+    Semaphore, Wait,
 };
 
 use crate::harness::{id, World};
@@ -314,4 +315,92 @@ fn waiters_parked_outside_the_key_are_served_in_arrival_order_when_grants_open()
         c.woken.iter().map(|w| w.waiter).collect::<Vec<_>>(),
         vec![2]
     );
+}
+
+#[test]
+fn a_lobby_merges_into_an_arrived_key_by_its_rules() {
+    // The shell's lobby (the name's state while grants are held and no key holds it) meets a
+    // key that arrives at the name (RESTORE, RENAME, COPY, MOVE): its waiters join the key's
+    // queue in arrival order; a semaphore of another limit cannot take them (their waits end);
+    // a waiter whose client left is dropped, answered neither way.
+    let mut world = World::at(1_000);
+    world.grants = Grants::Held;
+    let mut lobby = RwLock::default();
+    for (owner, mode, waiter) in [
+        (b"a", Mode::Write, 1),
+        (b"b", Mode::Read, 2),
+        (b"c", Mode::Read, 3),
+    ] {
+        let req = Request {
+            owner: id(owner),
+            mode,
+            ttl: 100,
+            wait: Some(Wait::forever(waiter)),
+            max_waiters: 10,
+        };
+        assert_eq!(
+            RwLock::lock(&mut lobby, &req, &mut world.env()).1,
+            Ok(Acquire::Queued)
+        );
+    }
+    world.leave(2);
+    world.grants = Grants::Open;
+    let mut arrived = RwLock::default();
+    let req = Request {
+        owner: id(b"h"),
+        mode: Mode::Write,
+        ttl: 500,
+        wait: None,
+        max_waiters: 10,
+    };
+    let t = RwLock::lock(&mut arrived, &req, &mut world.env())
+        .1
+        .unwrap();
+    assert!(matches!(t, Acquire::Granted(_)));
+    let c = arrived.merge(std::mem::take(&mut lobby.0), &mut world.env());
+    assert!(c.woken.is_empty() && c.timed_out.is_empty(), "{c:?}");
+    assert_eq!(arrived.0.waiter_count(), 2);
+    let c = arrived.unlock(b"h", &mut world.env()).0;
+    assert_eq!(
+        c.woken.iter().map(|w| w.waiter).collect::<Vec<_>>(),
+        vec![1]
+    );
+    let c = arrived.unlock(b"a", &mut world.env()).0;
+    assert_eq!(
+        c.woken.iter().map(|w| w.waiter).collect::<Vec<_>>(),
+        vec![3]
+    );
+
+    // Semaphores: the same limit joins, another ends the waits.
+    let p = |owner: &'static [u8], limit, waiter| Permits {
+        owner: id(owner),
+        limit,
+        permits: 1,
+        ttl: 100,
+        wait: Some(Wait::forever(waiter)),
+        max_waiters: 10,
+    };
+    for (limit, joined) in [(1, true), (3, false)] {
+        world.grants = Grants::Held;
+        let mut lobby = Semaphore::default();
+        assert_eq!(
+            lobby.acquire(&p(b"w", limit, 10), &mut world.env()).1,
+            Ok(Acquire::Queued)
+        );
+        world.grants = Grants::Open;
+        let mut arrived = Semaphore::default();
+        let got = arrived.acquire(&p(b"h", 1, 11), &mut world.env()).1;
+        assert!(matches!(got, Ok(Acquire::Granted(_))));
+        let c = arrived.merge(std::mem::take(&mut lobby.0), &mut world.env());
+        assert_eq!(
+            arrived.0.waiter_count(),
+            usize::from(joined),
+            "limit {limit}"
+        );
+        assert_eq!(
+            c.timed_out,
+            if joined { vec![] } else { vec![10] },
+            "limit {limit}"
+        );
+    }
 }

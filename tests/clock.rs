@@ -1,0 +1,175 @@
+//! Which clock measures what (issue 20, items 7 and 8). Stalls and the quarantine are local
+//! durations: they are measured on the monotonic clock, so a step of the wall clock neither
+//! hides a stall nor revives a quarantine that ended; and a stall is a time the server did not
+//! run for more than the bound (a second at hz 10), measured from the last moment it ran, not
+//! from its last cron tick. The wall clock of the server under test is shifted by an
+//! LD_PRELOAD shim (tests/fixture/clockshift.c) that adds an offset the test writes to a file.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use redis_lease_testkit::prelude::*;
+
+/// The shim, built once per test process into the target directory.
+fn shim() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let out = std::env::temp_dir().join(format!("clockshift-{}.so", std::process::id()));
+            let ok = Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-o"])
+                .arg(&out)
+                .arg(root.join("tests/fixture/clockshift.c"))
+                .arg("-ldl")
+                .status()
+                .expect("cc (a C compiler builds the clock shim)")
+                .success();
+            assert!(ok, "the clock shim did not build");
+            out
+        })
+        .clone()
+}
+
+/// A server whose wall clock the test can step, and the file holding the step.
+struct Shifted {
+    server: Server,
+    file: PathBuf,
+}
+
+impl Shifted {
+    fn start(opts: Options) -> Shifted {
+        let file =
+            std::env::temp_dir().join(format!("clockshift-{}-{}", std::process::id(), free_port()));
+        std::fs::write(&file, 0i64.to_ne_bytes()).unwrap();
+        let opts = opts
+            .env("LD_PRELOAD", &shim().display().to_string())
+            .env("CLOCKSHIFT_FILE", &file.display().to_string());
+        Shifted {
+            server: Server::with(opts),
+            file,
+        }
+    }
+
+    /// Steps the server's wall clock by `ms` (negative: back) from the real one.
+    fn shift(&self, ms: i64) {
+        // Written in place: the shim maps the file, so the server sees it at once.
+        use std::io::{Seek, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.file)
+            .unwrap();
+        f.seek(std::io::SeekFrom::Start(0)).unwrap();
+        f.write_all(&ms.to_ne_bytes()).unwrap();
+    }
+}
+
+impl Drop for Shifted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+fn time_ms(c: &mut Connection) -> i64 {
+    let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
+    t[0] * 1000 + t[1] / 1000
+}
+
+fn stalls(c: &mut Connection) -> i64 {
+    info_int(c, "lease", "lease_stalls")
+}
+
+fn quarantine_left(c: &mut Connection) -> i64 {
+    info_int(c, "lease", "lease_quarantine_ms")
+}
+
+#[test]
+fn the_shim_steps_the_servers_wall_clock() {
+    let s = Shifted::start(debug_opts());
+    let mut c = conn(&s.server);
+    let before = time_ms(&mut c);
+    s.shift(-5000);
+    let after = time_ms(&mut c);
+    assert!(
+        (before - after - 5000).abs() < 1000,
+        "TIME went from {before} to {after}"
+    );
+    // The module reads the same clock: its first token is the clock floor, now * 1000.
+    let t = token(&r!(c, "RWLOCK.WLOCK", "k", "a", 10_000));
+    assert!(
+        (t / 1000 - after).abs() < 1000,
+        "token {t} on a clock at {after}"
+    );
+}
+
+/// Item 7: after the wall clock steps back 5 s, a 2 s SIGSTOP is still a stall.
+#[test]
+fn a_stall_is_seen_after_the_wall_clock_steps_back() {
+    let s = Shifted::start(debug_opts().module_arg("quarantine", "1000"));
+    let mut c = conn(&s.server);
+    until(Duration::from_secs(10), "the start quarantine ends", || {
+        quarantine_left(&mut c) == 0
+    });
+    s.shift(-5000);
+    // Let the server run (cron ticks, commands) on the stepped clock first.
+    std::thread::sleep(Duration::from_millis(300));
+    token(&r!(c, "RWLOCK.WLOCK", "before", "a", 500));
+    let seen = stalls(&mut c);
+    signal(&s.server, "STOP");
+    std::thread::sleep(Duration::from_millis(2000));
+    signal(&s.server, "CONT");
+    until(Duration::from_secs(5), "the stall is counted", || {
+        stalls(&mut c) > seen
+    });
+    assert!(
+        is_nil(&r!(c, "RWLOCK.WLOCK", "after", "b", 500)),
+        "granted right after a 2 s stall: no quarantine"
+    );
+    assert!(quarantine_left(&mut c) > 0);
+}
+
+/// Item 7: a quarantine that ended does not come back when the wall clock steps back.
+#[test]
+fn a_quarantine_that_ended_stays_ended_when_the_wall_clock_steps_back() {
+    let s = Shifted::start(debug_opts().module_arg("quarantine", "1000"));
+    let mut c = conn(&s.server);
+    until(Duration::from_secs(10), "the start quarantine ends", || {
+        quarantine_left(&mut c) == 0
+    });
+    s.shift(-5000);
+    assert_eq!(quarantine_left(&mut c), 0, "the quarantine came back");
+    assert!(
+        !is_nil(&r!(c, "RWLOCK.WLOCK", "k", "a", 500)),
+        "no grant after the clock stepped back"
+    );
+    // And a forward step of the wall clock is not a stall: the server kept running.
+    let seen = stalls(&mut c);
+    s.shift(10_000);
+    std::thread::sleep(Duration::from_millis(300));
+    token(&r!(c, "RWLOCK.WLOCK", "k2", "a", 500));
+    assert_eq!(stalls(&mut c), seen, "a clock step counted as a stall");
+}
+
+/// Item 8: a command that blocks the server for less than the bound is no stall, wherever it
+/// falls between two cron ticks; one that blocks it for longer is. At hz 2 the bound is 1.5 s
+/// (three cron periods) and a cron period is 500 ms: measured from the last cron tick, a
+/// 1.2 s block starting more than 300 ms after one looks like a stall (about 4 in 10 of
+/// these; the issue saw the same with 0.92 s at hz 10), while measured from the last moment
+/// the server ran it never does, with 300 ms to spare for a loaded machine.
+#[test]
+fn a_block_shorter_than_the_bound_is_no_stall() {
+    let s = Server::with(debug_opts().arg("hz", "2"));
+    let mut c = conn(&s);
+    let mut other = conn(&s);
+    for i in 0..10 {
+        // Vary where the block starts between two cron ticks.
+        std::thread::sleep(Duration::from_millis(97 * i + 5));
+        r!(c, "DEBUG", "SLEEP", "1.2");
+        token(&r!(other, "RWLOCK.WLOCK", format!("k{i}"), "a", 500));
+    }
+    assert_eq!(stalls(&mut c), 0, "DEBUG SLEEP 1.2 at hz 2 counted as a stall");
+    r!(c, "DEBUG", "SLEEP", "2");
+    token(&r!(other, "RWLOCK.WLOCK", "k", "a", 500));
+    assert_eq!(stalls(&mut c), 1, "DEBUG SLEEP 2 is a stall");
+}

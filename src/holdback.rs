@@ -187,14 +187,15 @@ pub fn stalled(gap: Ms) {
 /// monotonic clock for a stall before it is decided.
 const SUSPECT_MS: Ms = STALL_FLOOR_MS / 2;
 
-/// A request at wall-clock `now`: whether the gap since the last request (or a backward step)
-/// calls for the monotonic check ([`ran`]) before it is decided: after an idle time (cheap:
+/// A request at wall-clock `now`: whether the gap since the last request (or a backward step,
+/// or there being no last request) calls for the monotonic check ([`ran`]) before it is
+/// decided: after an idle time (cheap:
 /// the event loop's last turn is then recent, no stall), after a stall inside a batch of
 /// commands (which the event loop's turns do not see until the batch ends), or after a step of
 /// the clock. Back-to-back requests read no second clock.
 pub fn suspect(s: &mut Shell, now: Ms) -> bool {
     let last = std::mem::replace(&mut s.last_wall, now);
-    last != 0 && (now < last || now - last > SUSPECT_MS)
+    last == 0 || now < last || now - last > SUSPECT_MS
 }
 
 /// This server's role (kept for the hot path's stall check).

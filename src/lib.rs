@@ -11,8 +11,9 @@
 //! 2. the C API: `ffi` (every raw `RedisModule_*` call);
 //! 3. services: `schedule` (the key index and the timer), `waiters` (parked clients),
 //!    `holdback` (quarantine, evicted leases, the lobby), `orphans`;
-//! 4. `commit` (make Redis agree with the core's changes), `visit`, `reopen`;
-//! 5. entry points: `commands`, `apply`, `timer`, `datatype`, `events`, `info`, `table`;
+//! 4. `commit` (the one commit path: run the core, make Redis agree), `visit`;
+//! 5. entry points: `commands`, `apply`, `timer`, `reopen`, `datatype`, `events`, `info`,
+//!    `table`;
 //! 6. this file registers them.
 
 #![deny(clippy::undocumented_unsafe_blocks)]

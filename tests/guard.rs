@@ -701,3 +701,22 @@ fn restore_keeps_a_hold_of_2_31_reads_and_2_31_writes_intact() {
     );
     alive(&s, "2^31 + 2^31");
 }
+
+#[test]
+fn event_loop_event_panic() {
+    // Armed, it panics on every turn of the event loop: the server goes on regardless.
+    let s = fault_server();
+    with_lock(&s);
+    survives(&s, "the event loop event", |c| {
+        assert_eq!(c.cmd(&["PING"]), Resp::Simple("PONG".into()));
+    });
+}
+
+#[test]
+fn fork_event_panic() {
+    let s = fault_server();
+    with_lock(&s);
+    survives(&s, "the fork event", |c| {
+        assert!(matches!(c.cmd(&["BGSAVE"]), Resp::Simple(_)));
+    });
+}

@@ -80,6 +80,8 @@ fn kind(e: &Error) -> &'static str {
             "connection" => "connection",
             _ => "unavailable",
         },
+        Error::ModuleNotLoaded(_) => "module_not_loaded",
+        Error::TtlRefused { .. } => "ttl_too_long",
         Error::Deadlock(_) => "deadlock",
         Error::LockGone(_) => "lock_gone",
         Error::Fenced(_) => "fenced",

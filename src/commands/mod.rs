@@ -88,12 +88,13 @@ pub fn refused(e: LockError) -> ReplyError {
         LockError::TokensExhausted => {
             "ERR no fencing token above the highest one seen can be issued (2^63-1 reached)".into()
         }
+        // Codes of their own, so that clients match the code, not the wording.
         LockError::LimitMismatch { limit } => {
-            format!("ERR this semaphore's limit is {limit}; a request must name the same limit")
+            format!("LIMIT this semaphore's limit is {limit}; a request must name the same limit")
                 .into()
         }
         LockError::PermitsMismatch { permits } => format!(
-            "ERR this owner holds {permits} permits of this semaphore; release them before \
+            "PERMITS this owner holds {permits} permits of this semaphore; release them before \
              asking for another number"
         )
         .into(),

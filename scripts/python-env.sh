@@ -13,6 +13,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv" >&2 || { echo "cannot create a venv with $py: install python3-venv (scripts/deps.sh python)" >&2; exit 1; }
   pip install "setuptools>=61" wheel
 fi
+# ruff for make lint (ruff check, ruff format --check on python/ and conformance/).
+"$venv/bin/python" -m ruff --version >/dev/null 2>&1 || pip install "ruff>=0.6"
 stamp="$venv/.redis-lease-python"
 sum=$(find python/pyproject.toml python/README.md python/src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info*' -print0 \
   | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)

@@ -12,16 +12,14 @@ use redis_lease_core::{
 };
 
 use crate::clock;
-use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Key, Typed, WrongType};
 use crate::ffi::replicate::Owner;
-use crate::ffi::string::RStr;
 use crate::ffi::{notify, replicate, server};
 use crate::holdback::Lobby;
 use crate::index::Slot;
 use crate::value::Stored;
 use crate::wire::Word;
-use crate::{holdback, schedule, state, text, waiters};
+use crate::{holdback, schedule, state, waiters};
 
 /// Who decided the changes.
 #[derive(Clone, Copy)]
@@ -343,7 +341,7 @@ fn run<K: Keyed, T>(
     // the wall clock hints at a stall: each turn of the event loop checks it anyway).
     let (mut tokens, mut quiet, cancels, suspect) = state::with(move |s| {
         let suspect = holdback::suspect(s, now);
-        let quiet = s.quarantine_until == 0 && s.evicted.is_empty();
+        let quiet = s.quarantine_until == 0 && s.evicted.is_empty() && crate::floor::none_held();
         (s.tokens, quiet, s.waiters.take_cancels_of(slot), suspect)
     });
     let stall = suspect.then(|| {
@@ -435,24 +433,6 @@ fn count(kind: Kind, effects: &[Effect]) {
     state::with(move |s| s.stats.add_effects(&t));
 }
 
-/// Lapsed leases at `verbose`: a holder that stopped renewing is worth a line when debugging.
-/// Owners and keys are bytes: escaped, so no byte can break the line.
-fn log_lapses(ctx: &Ctx, key: RStr, effects: &[Effect]) {
-    for e in effects {
-        if let Effect::Drop {
-            owner,
-            reason: DropReason::Lapse,
-        } = e
-        {
-            ctx.log_verbose(&format!(
-                "lease: the lease of '{}' on '{}' lapsed",
-                text::escaped(&owner.bytes(), 128),
-                text::escaped(key.bytes(), 128)
-            ));
-        }
-    }
-}
-
 /// The changes are one give-back and nothing else: no lapse found on the way, nobody served.
 fn is_own_effect(changes: &Changes) -> bool {
     changes.woken.is_empty()
@@ -489,7 +469,7 @@ where
                 replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
             }
             count(K::KIND, &changes.effects);
-            log_lapses(ctx, name, &changes.effects);
+            crate::ended::note(ctx, name, &changes);
         }
         for e in &changes.effects {
             if let Some(ev) = event(K::KIND, e) {

@@ -1,7 +1,7 @@
 //! The module's settings: Redis 7 module configs (`CONFIG SET lease.max-ttl 1000`), also
 //! accepted as `loadmodule` arguments (`loadmodule lease.so max-ttl 5000`).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 pub const DEFAULT_MAX_TTL: i64 = 86_400_000;
 /// Redis's own `maxclients` default: each waiter is a connection, so more cannot wait anyway,
@@ -24,6 +24,8 @@ pub static QUARANTINE: AtomicI64 = AtomicI64::new(0);
 /// The longest any hold may last from its first grant, renewals included (0: no cap); a
 /// request's `MAXHOLD` can only make it shorter.
 pub static MAX_HOLD: AtomicI64 = AtomicI64::new(0);
+/// Each lapse writes a notice line to the server log (else a verbose one).
+pub static LOG_LAPSES: AtomicBool = AtomicBool::new(false);
 
 fn get(v: &AtomicI64) -> u64 {
     v.load(Ordering::Relaxed).max(0) as u64
@@ -61,4 +63,8 @@ pub fn max_hold(asked: u64) -> u64 {
         (m, 0) => m,
         (m, a) => m.min(a),
     }
+}
+
+pub fn log_lapses() -> bool {
+    LOG_LAPSES.load(Ordering::Relaxed)
 }

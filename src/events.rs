@@ -45,6 +45,7 @@ fn cron(ctx: &Ctx, hz: i32) {
     if let Some(gap) = stall {
         holdback::stalled(gap);
     }
+    crate::floor::tick(ctx, now);
 }
 
 /// Each turn of the event loop (before it sleeps, after it wakes): the server runs now, so a

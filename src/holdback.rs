@@ -69,10 +69,12 @@ fn no_lobby() -> bool {
 /// the wall clock lengthens or revives it; an evicted lease's end is absolute, as leases are.
 pub fn held_until(db: i32, name: &[u8]) -> Option<Ms> {
     let (wall, mono) = (now_ms(), monotonic_ms());
+    let floor = crate::floor::held_until(name, wall);
     let name: Box<[u8]> = name.into();
     state::with(move |s| {
         let q = s.quarantine_until.saturating_sub(mono);
         let mut until = (q > 0).then(|| wall.saturating_add(q));
+        until = until.max(floor);
         if !s.evicted.is_empty() {
             if let Some(e) = s.evicted.get(&(db, name)) {
                 if e.until > wall {
@@ -95,6 +97,9 @@ pub fn grants(db: i32, name: &[u8]) -> Grants {
         }
         s.quarantine_until == 0 && s.evicted.is_empty()
     });
+    if crate::floor::holds(name) {
+        return Grants::Held;
+    }
     if quiet || held_until(db, name).is_none() {
         Grants::Open
     } else {
@@ -187,14 +192,15 @@ pub fn stalled(gap: Ms) {
 /// monotonic clock for a stall before it is decided.
 const SUSPECT_MS: Ms = STALL_FLOOR_MS / 2;
 
-/// A request at wall-clock `now`: whether the gap since the last request (or a backward step)
-/// calls for the monotonic check ([`ran`]) before it is decided: after an idle time (cheap:
+/// A request at wall-clock `now`: whether the gap since the last request (or a backward step,
+/// or there being no last request) calls for the monotonic check ([`ran`]) before it is
+/// decided: after an idle time (cheap:
 /// the event loop's last turn is then recent, no stall), after a stall inside a batch of
 /// commands (which the event loop's turns do not see until the batch ends), or after a step of
 /// the clock. Back-to-back requests read no second clock.
 pub fn suspect(s: &mut Shell, now: Ms) -> bool {
     let last = std::mem::replace(&mut s.last_wall, now);
-    last != 0 && (now < last || now - last > SUSPECT_MS)
+    last == 0 || now < last || now - last > SUSPECT_MS
 }
 
 /// This server's role (kept for the hot path's stall check).
@@ -378,5 +384,18 @@ pub fn waiting_on(db: i32, name: &[u8]) -> usize {
         l.get(&db).and_then(|m| m.get(&name)).map_or(0, |x| {
             x.lock.waiters().filter(|w| waiters::alive(w.id)).count()
         })
+    })
+}
+
+/// The waiters in the lobby of `name` in `db`, in arrival order (for `*.INFO`).
+pub fn queue_on(db: i32, name: &[u8]) -> Vec<Waiter> {
+    if no_lobby() {
+        return Vec::new();
+    }
+    let name: Box<[u8]> = name.into();
+    with_lobby(move |l| {
+        l.get(&db)
+            .and_then(|m| m.get(&name))
+            .map_or_else(Vec::new, |x| x.lock.waiters().cloned().collect())
     })
 }

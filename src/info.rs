@@ -5,14 +5,17 @@ use std::ffi::CStr;
 
 use crate::clock::now_ms;
 use crate::ffi::info::Section;
+use crate::histogram::{Histogram, LABELS};
 use crate::num::saturating_i64;
 use crate::{holdback, state};
 
 pub fn write(out: &mut Section) {
     let now = now_ms();
-    let (s, waiting, high, keys, scheduled, index_bytes) = state::with(|s| {
+    let (s, waits, holds, waiting, high, keys, scheduled, index_bytes) = state::with(|s| {
         (
             s.stats,
+            s.wait_times,
+            s.hold_times,
             s.waiters.len(),
             s.tokens.high_water(),
             s.index.len(),
@@ -25,7 +28,7 @@ pub fn write(out: &mut Section) {
     } else {
         0.0
     };
-    let ints: [(&CStr, u64); 28] = [
+    let ints: [(&CStr, u64); 31] = [
         (c"keys", state::keys().max(0) as u64),
         (c"holders", state::holders().max(0) as u64),
         (c"waiters", waiting as u64),
@@ -53,6 +56,9 @@ pub fn write(out: &mut Section) {
         (c"evictions", s.evictions),
         (c"stalls", s.stalls),
         (c"deadlocks", s.deadlocks),
+        (c"floor_held_slots", crate::floor::held_slots() as u64),
+        (c"floor_holds_ended", s.floor_holds_ended),
+        (c"floor_holds_expired", s.floor_holds_expired),
         (
             c"evicted_holdbacks",
             state::with(move |s| s.evicted.values().filter(|e| e.until > now).count()) as u64,
@@ -62,12 +68,31 @@ pub fn write(out: &mut Section) {
         out.int(name, saturating_i64(value));
     }
     out.float(c"wait_ms_avg", avg);
+    histogram(
+        out,
+        [c"wait_bucket_ms", c"wait_count", c"wait_sum_ms"],
+        &waits,
+    );
+    histogram(
+        out,
+        [c"hold_bucket_ms", c"hold_count", c"hold_sum_ms"],
+        &holds,
+    );
     out.text(c"acl_categories", acl_categories());
     // 1 where the server skips the command lookup of RM_Replicate (Valkey 8.1+).
     out.int(
         c"skip_command_validation",
         i64::from(crate::ffi::server::skipping_command_validation()),
     );
+}
+
+/// `<name>_bucket_ms:1=N,...,inf=N` (cumulative, as Prometheus has it), `_count`, `_sum_ms`.
+fn histogram(out: &mut Section, names: [&CStr; 3], h: &Histogram) {
+    let counts = h.cumulative().map(saturating_i64);
+    let fields: Vec<(&CStr, i64)> = LABELS.into_iter().zip(counts).collect();
+    out.dict(names[0], &fields);
+    out.int(names[1], saturating_i64(h.count()));
+    out.int(names[2], saturating_i64(h.sum_ms()));
 }
 
 /// The ACL categories the module's commands are in on this server: `unavailable` (Redis

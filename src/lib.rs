@@ -6,13 +6,16 @@
 //! parses commands, calls the core, and makes Redis agree. Its layers, each using only the
 //! ones below it:
 //!
-//! 1. pure: `clock`, `config`, `parse`, `text`, `validate`, `wire`, `index`, `registry`,
+//! 1. pure: `clock`, `config`, `histogram`, `parse`, `text`, `validate`, `wire`, `index`, `registry`,
 //!    `value`, `state` (no Redis types);
 //! 2. the C API: `ffi` (every raw `RedisModule_*` call);
 //! 3. services: `schedule` (the key index and the timer), `waiters` (parked clients),
-//!    `holdback` (quarantine, evicted leases, the lobby), `orphans`;
-//! 4. `commit` (make Redis agree with the core's changes), `visit`, `reopen`;
-//! 5. entry points: `commands`, `apply`, `timer`, `datatype`, `events`, `info`, `table`;
+//!    `ended` (hold times, the lapse log),
+//!    `holdback` (quarantine, evicted leases, the lobby), `floor` (token floors in a Cluster),
+//!    `orphans`;
+//! 4. `commit` (the one commit path: run the core, make Redis agree), `visit`;
+//! 5. entry points: `commands`, `apply`, `timer`, `reopen`, `datatype`, `events`, `info`,
+//!    `table`;
 //! 6. this file registers them.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -21,6 +24,7 @@
 
 mod clock;
 mod config;
+mod histogram;
 mod index;
 mod num;
 mod parse;
@@ -35,6 +39,8 @@ mod wire;
 
 mod ffi;
 
+mod ended;
+mod floor;
 mod holdback;
 mod orphans;
 mod schedule;
@@ -72,7 +78,9 @@ mod module {
         timer::init(&ctx);
         schedule::init(crate::timer::fire);
         info::register(&ctx, crate::info::write);
-        let done = table::register(&ctx).and_then(|()| server::init(&ctx, events::handlers()));
+        let done = table::register(&ctx)
+            .and_then(|()| server::init(&ctx, events::handlers()))
+            .and_then(|()| crate::floor::init(&ctx));
         if let Err(e) = done {
             log_warning(&format!("lease: {e}"));
             return Status::Err;
@@ -101,7 +109,9 @@ mod module {
                 ["max-hold", &MAX_HOLD, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
-            bool: [],
+            bool: [
+                ["log-lapses", &LOG_LAPSES, false, ConfigurationFlags::DEFAULT, None],
+            ],
             enum: [],
             module_args_as_configuration: true,
         ]

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_lease_core::{Ms, Tokens};
 
+use crate::histogram::Histogram;
 use crate::index::Index;
 use crate::registry::Registry;
 
@@ -42,6 +43,10 @@ pub struct Stats {
     pub stalls: u64,
     /// Requests refused because their wait would have closed a cycle of waits.
     pub deadlocks: u64,
+    /// Grants held on an importing slot that opened when its source's token mark arrived,
+    /// and that opened after waiting the longest (no mark came).
+    pub floor_holds_ended: u64,
+    pub floor_holds_expired: u64,
 }
 
 impl Stats {
@@ -92,6 +97,9 @@ pub struct Shell {
     pub stats: Stats,
     /// The token high-water mark is to be written to the AOF (see `events::forked`).
     pub high_due: bool,
+    /// How long every ended wait waited (granted or not) and every ended hold was held.
+    pub wait_times: Histogram,
+    pub hold_times: Histogram,
 }
 
 thread_local! {

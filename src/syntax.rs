@@ -160,6 +160,9 @@ pub enum Access {
     Read,
     /// Reads and changes it, maybe making or deleting it (RW ACCESS UPDATE).
     Write,
+    /// Reads it (RO ACCESS), and the command declares more keys as it is called (its
+    /// getkeys-api; VARIABLE_FLAGS makes Redis ask it rather than trust the key spec).
+    ReadAndDeclared,
 }
 
 /// Where a command's keys are.

@@ -158,6 +158,10 @@ const READS: &[KeySpec] = &[KeySpec {
     keys: Keys::At(1),
     access: Access::Read,
 }];
+const EXEC_KEYS: &[KeySpec] = &[KeySpec {
+    keys: Keys::At(1),
+    access: Access::ReadAndDeclared,
+}];
 
 use Reach::{Internal, Public};
 
@@ -177,8 +181,8 @@ pub static COMMANDS: &[Spec] = &[
         c"Makes every hold of an owner last ttl from now.",
         c"O(log N)"),
     spec!(c"rwlock.info", rwlock::info, c"readonly fast", READ, READS, c"read fast", Public,
-        c"Shows the mode, holders, waiters and last token of a lock.",
-        c"O(N) where N is the number of holders"),
+        c"Shows the mode, holders, queue (up to 100 waiters), waiters and last token of a lock.",
+        c"O(N + M) where N is the number of holders and M the number of waiters (at most 100 shown)"),
     spec!(c"rwlock.mlock", multi::mlock, c"write deny-oom", MLOCK, MWRITES, c"write slow blocking", Public,
         c"Takes holds on several keys at once, all or nothing; waits in FIFO order on every key with WAIT.",
         c"O(K log N) where K is the number of keys"),
@@ -200,6 +204,9 @@ pub static COMMANDS: &[Spec] = &[
     spec!(c"leader.current", leader::current, c"readonly fast", READ, READS, c"read fast", Public,
         c"Shows the leader, its term and the ms left of its lease.",
         c"O(1)"),
+    spec!(c"leader.info", leader::info, c"readonly fast", READ, READS, c"read fast", Public,
+        c"Shows the leader (candidate, term, ttl), the waiting candidates in queue order and their count.",
+        c"O(N) where N is the number of waiting candidates (at most 100 shown)"),
     spec!(c"semaphore.acquire", semaphore::acquire_cmd, c"write deny-oom", ACQUIRE, WRITES, c"write slow blocking", Public,
         c"Takes permits of a counting semaphore with their own lease; waits in strict FIFO order with WAIT.",
         c"O(log N) where N is the number of holders of the key"),
@@ -210,10 +217,11 @@ pub static COMMANDS: &[Spec] = &[
         c"Makes an owner's permits last ttl from now.",
         c"O(log N)"),
     spec!(c"semaphore.info", semaphore::info, c"readonly fast", READ, READS, c"read fast", Public,
-        c"Shows the limit, permits used, holders, waiters and last token of a semaphore.",
-        c"O(N) where N is the number of holders"),
-    // The lock key is only read; the command's own keys are checked when it runs.
-    spec!(c"lease.exec", exec::exec, c"write", EXEC, READS, c"write slow", Public,
+        c"Shows the limit, permits used, holders, queue (up to 100 waiters), waiters and last token of a semaphore.",
+        c"O(N + M) where N is the number of holders and M the number of waiters (at most 100 shown)"),
+    // The lock key is only read; the keys of the command it runs are declared by its
+    // getkeys-api (`commands::exec::declare_keys`), so Redis routes and checks them too.
+    spec!(c"lease.exec", exec::exec, c"write getkeys-api", EXEC, EXEC_KEYS, c"write slow", Public,
         c"Runs a command only while the hold with the given token is live on the key, atomically with the check (a write fenced inside Redis).",
         c"O(1) plus the command's own complexity"),
     // As Redis's own replication commands: for admins only, and hidden where Redis can.

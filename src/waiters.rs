@@ -104,6 +104,7 @@ pub fn alive(id: u64) -> bool {
 pub fn answer(id: u64, a: Answer) -> bool {
     let rec = state::with(|s| {
         let rec = s.waiters.remove(id)?;
+        s.wait_times.record(now_ms().saturating_sub(rec.since));
         let st = &mut s.stats;
         match &a {
             Answer::Token(_) | Answer::Tokens(_) => {
@@ -154,6 +155,7 @@ pub fn all() -> Vec<u64> {
 fn leave(client: usize) {
     let left = state::with(|s| {
         let (_, rec) = s.waiters.leave(client)?;
+        s.wait_times.record(now_ms().saturating_sub(rec.since));
         s.stats.waiters_left += 1;
         Some(rec)
     });

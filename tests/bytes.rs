@@ -268,9 +268,9 @@ fn grant_hand_off_lapse(s: &Server, kind: Kind) {
         let gone = eventually(Duration::from_secs(5), || !exists(&mut c, &key));
         assert!(gone, "{what}: the lapsed key is still there");
         let line = format!(
-            "lease: the lease of '{}' on '{}' lapsed",
-            escaped(&waiter),
-            escaped(&key)
+            "lease: lapse key='{}' owner='{}' held_ms=",
+            escaped(&key),
+            escaped(&waiter)
         );
         let logged = eventually(Duration::from_secs(2), || s.log().contains(&line));
         assert!(logged, "{what}: no log line {line:?}; log:\n{}", s.log());
@@ -655,9 +655,9 @@ fn uuid_waiters_handed_on_come_back_exact_on_master_and_replica() {
             });
             assert!(gone, "{what}: the lapsed key is still there");
             let line = format!(
-                "lease: the lease of '{}' on '{}' lapsed",
-                escaped(waiter),
-                escaped(&key)
+                "lease: lapse key='{}' owner='{}' held_ms=",
+                escaped(&key),
+                escaped(waiter)
             );
             let logged = eventually(Duration::from_secs(2), || master.log().contains(&line));
             assert!(

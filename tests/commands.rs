@@ -338,7 +338,7 @@ fn info_reports_every_field_in_resp2_and_resp3() {
     let Value::Map(m) = &raw else {
         panic!("RESP3 INFO is not a map: {raw:?}")
     };
-    assert_eq!(m.len(), 4, "{raw:?}");
+    assert_eq!(m.len(), 5, "{raw:?}");
     let i3 = parse_lock_info(&raw);
     assert_eq!(i3.shape(), i.shape(), "RESP3 says what RESP2 said");
     let holders = &m.iter().find(|(k, _)| text(k) == "holders").unwrap().1;

@@ -419,6 +419,7 @@ const COMMANDS: &[&[&str]] = &[
     &["LEADER.RENEW", "ce", "a", "1000"],
     &["LEADER.RESIGN", "ce", "a"],
     &["LEADER.CURRENT", "ce"],
+    &["LEADER.INFO", "ce"],
     &["SEMAPHORE.ACQUIRE", "cs", "a", "2", "1000"],
     &["SEMAPHORE.RELEASE", "cs", "a"],
     &["SEMAPHORE.RENEW", "cs", "a", "1000"],
@@ -758,4 +759,23 @@ fn restore_keeps_a_hold_of_2_31_reads_and_2_31_writes_intact() {
         "a writer holds it"
     );
     alive(&s, "2^31 + 2^31");
+}
+
+#[test]
+fn event_loop_event_panic() {
+    // Armed, it panics on every turn of the event loop: the server goes on regardless.
+    let s = fault_server();
+    with_lock(&s);
+    survives(&s, "the event loop event", |c| {
+        assert_eq!(c.cmd(&["PING"]), Resp::Simple("PONG".into()));
+    });
+}
+
+#[test]
+fn fork_event_panic() {
+    let s = fault_server();
+    with_lock(&s);
+    survives(&s, "the fork event", |c| {
+        assert!(matches!(c.cmd(&["BGSAVE"]), Resp::Simple(_)));
+    });
 }

@@ -35,6 +35,26 @@ pub enum Error {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
 
+    /// The server does not know the module's commands: the redis-lease module is not loaded
+    /// there. The text is the server's (`ERR unknown command 'RWLOCK.WLOCK' ...`).
+    #[error(
+        "the redis-lease module is not loaded on this server ({0}); load it with \
+         `loadmodule /path/to/libredis_lease.so` in redis.conf, `--loadmodule \
+         /path/to/libredis_lease.so` on redis-server's command line, or `MODULE LOAD \
+         /path/to/libredis_lease.so`"
+    )]
+    ModuleNotLoaded(String),
+
+    /// The server refused the ttl: it is above the server's `lease.max-ttl` (or
+    /// `lease.quarantine`, while that is set). Nothing changed.
+    #[error("the server refused the ttl: its longest lease is {} ms (lease.max-ttl, and lease.quarantine while set); it said: {text}", max.as_millis())]
+    TtlRefused {
+        /// The longest ttl the server accepts now.
+        max: Duration,
+        /// The server's text.
+        text: String,
+    },
+
     /// The server refused to let the request wait because the wait would deadlock (the
     /// module's `DEADLOCK` error): another reader of the same key already waits to upgrade, or
     /// the wait would close a cycle in the server's wait-for graph (an owner this request
@@ -121,6 +141,16 @@ pub enum Error {
     #[error("the leader observer stopped")]
     ObserverStopped,
 
+    /// A call of the [`blocking`](crate::blocking) API from inside an async context (a tokio
+    /// task or `block_on`), where it would block the runtime's thread. Use the async API
+    /// there, or make the call from `tokio::task::spawn_blocking` or a plain thread.
+    #[error(
+        "the blocking client was called from inside an async runtime, where it would block the \
+         runtime's thread; use the async client there, or call it from \
+         tokio::task::spawn_blocking"
+    )]
+    InsideAsyncRuntime,
+
     /// The blocking API could not start its runtime, or an I/O error outside redis.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -141,6 +171,24 @@ pub enum InvalidArgument {
     /// A ttl below 1 ms.
     #[error("the ttl {0:?} is below 1 ms")]
     Ttl(Duration),
+    /// A ttl too short to renew on this connection: a renewal, sent a renewal period after
+    /// the last one, would have `window` before the lease's bound, and needs `need` (four
+    /// round trips, at least 10 ms).
+    #[error(
+        "the ttl {ttl:?} is too short to renew on this connection: a renewal would have \
+         {window:?} before the lease's bound and needs {need:?} (4 round trips of \
+         {round_trip:?}, at least 10 ms)"
+    )]
+    TtlTooShort {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The time a renewal would have.
+        window: Duration,
+        /// The time it needs.
+        need: Duration,
+        /// The round trip measured when the client connected.
+        round_trip: Duration,
+    },
     /// A renewal period below 1 ms, or one that leaves no room before the lease's validity bound.
     #[error(
         "renew_every {renew_every:?} must be at least 1 ms and leave the drift margin {margin:?} of the ttl {ttl:?}"

@@ -17,8 +17,12 @@
 //!   Sentinel group (`redis+sentinel://`, following failovers), or a Redis Cluster;
 //!   [`Client::rwlock`], [`Client::semaphore`] and [`Client::elector`] make locks, semaphores
 //!   and candidates.
+//! * [`Guard`]: what every guard is (token, key, owner, status, loss, `on_lost`, check, exec,
+//!   release), for code that works under any kind of hold.
 //! * [`blocking::Client`]: the same API for non-async programs (it drives the async one on a
-//!   small runtime of its own).
+//!   small runtime of its own; called from async code it answers
+//!   [`Error::InsideAsyncRuntime`] instead of panicking). [`blocking::Guard`] is its one guard
+//!   type, over any [`Guard`].
 //!
 //! Acquisitions wait inside the server (`WAIT ms`), in one round trip, on a connection of their
 //! own. The client only retries what the server cannot handle: transient failures (connection
@@ -73,9 +77,11 @@ mod acquire;
 pub mod blocking;
 mod connection;
 mod error;
+mod guard;
 mod leader;
 mod lease;
 mod lock;
+mod queue_info;
 mod reply;
 mod retry;
 mod semaphore;
@@ -83,8 +89,9 @@ mod semaphore;
 pub use acquire::Wait;
 pub use connection::Client;
 pub use error::{CampaignError, Error, InvalidArgument, Result};
+pub use guard::Guard;
 pub use leader::{
-    Election, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
+    Election, ElectionInfo, ElectionOptions, LeaderElector, LeaderInfo, LeaderObserver, Leadership,
     ObserverOptions,
 };
 pub use lease::status::{LeaseStatus, LossReason};
@@ -94,6 +101,7 @@ pub use lock::info::{Holder, LockInfo, LockMode};
 pub use lock::multi::{MultiGuard, MultiLock};
 pub use lock::options::LockOptions;
 pub use lock::RwLock;
+pub use queue_info::Waiting;
 pub use retry::RetryPolicy;
 pub use semaphore::guard::SemaphoreGuard;
 pub use semaphore::info::{SemaphoreHolder, SemaphoreInfo};

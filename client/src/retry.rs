@@ -98,10 +98,34 @@ pub(crate) fn classify(err: RedisError) -> Failure {
                     err,
                 }
             }
-            _ => Failure::Fatal(Error::Redis(err)),
+            _ => Failure::Fatal(refusal(err)),
         },
-        _ => Failure::Fatal(Error::Redis(err)),
+        _ => Failure::Fatal(refusal(err)),
     }
+}
+
+/// The server's refusals a caller can act on, as typed errors: a server without the module,
+/// a ttl above the server's limit.
+pub(crate) fn refusal(err: RedisError) -> Error {
+    let detail = err.detail().unwrap_or_default();
+    if err.code() == Some("ERR") {
+        let module_command = ["'RWLOCK.", "'LEADER.", "'SEMAPHORE.", "'LEASE."]
+            .iter()
+            .any(|p| detail.to_ascii_uppercase().contains(p));
+        if detail.starts_with("unknown command") && module_command {
+            return Error::ModuleNotLoaded(server_text(&err));
+        }
+        if let Some(rest) = detail.strip_prefix("ttl must be an integer from 1 to ") {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if let Ok(ms) = digits.parse::<u64>() {
+                return Error::TtlRefused {
+                    max: Duration::from_millis(ms),
+                    text: server_text(&err),
+                };
+            }
+        }
+    }
+    Error::Redis(err)
 }
 
 /// An error reply as the server sent it (`CODE detail`), without redis-rs's quoting.

@@ -872,63 +872,321 @@ fn a_frozen_holders_fenced_write_fails_after_the_next_holders() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn lock_takes_several_keys_at_once() {
-    let s = server();
-    let out = cli(&s)
-        .args(["lock", "cli:k1", "cli:k2", "cli:k3", "--", "sh", "-c"])
-        .arg("echo $REDIS_LEASE_KEYS; echo $REDIS_LEASE_TOKENS; redis-cli -p $PORT rwlock.info cli:k2 >/dev/null; exit 4")
-        .env("PORT", s.port.to_string())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(4),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines[0], "cli:k1 cli:k2 cli:k3");
-    let tokens: Vec<u64> = lines[1].split(' ').map(|t| t.parse().unwrap()).collect();
-    assert_eq!(tokens.len(), 3);
-    // Every key released when CMD ended.
-    assert_eq!(
-        redis_get(&s, &["EXISTS", "cli:k1", "cli:k2", "cli:k3"]),
-        redis::Value::Int(0)
-    );
-    // One of them held elsewhere: not acquired in time, none taken.
-    redis_get(&s, &["RWLOCK.WLOCK", "cli:k2", "other", "10000"]);
-    let out = cli(&s)
-        .args(["lock", "--wait", "200", "cli:k1", "cli:k2", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(75));
-    assert_eq!(redis_get(&s, &["EXISTS", "cli:k1"]), redis::Value::Int(0));
+/// The size of `f` (0 if it does not exist yet).
+fn size_of(f: &std::path::Path) -> u64 {
+    std::fs::metadata(f).map_or(0, |m| m.len())
+}
+
+/// A shell that starts a background writer appending to `f` every 50 ms (for at most 15 s),
+/// then `tail` (`wait`: stays until the writer ends; empty: ends at once).
+fn background_writer(f: &std::path::Path, tail: &str) -> String {
+    format!(
+        "(for i in $(seq 1 300); do echo $i >> {p}; sleep 0.05; done) & {tail}",
+        p = f.display()
+    )
+}
+
+/// Waits until `f` grows, then until it has not grown for `quiet`; fails past `limit`.
+fn assert_stops_growing(f: &std::path::Path, quiet: Duration, limit: Duration) -> Duration {
+    let t = Instant::now();
+    let mut last = size_of(f);
+    let mut since = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = size_of(f);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            return since.duration_since(t);
+        }
+        assert!(
+            t.elapsed() < limit,
+            "{} still grows {:?} after the check began",
+            f.display(),
+            t.elapsed()
+        );
+    }
 }
 
 #[test]
-fn max_hold_stops_the_command_at_the_cap() {
+fn kill_9_of_redis_lease_kills_cmds_whole_process_group_within_the_ttl() {
+    let s = server();
+    let dir = tempfile_dir();
+    let f = dir.join("writes");
+    let mut child = cli(&s)
+        .args(["lock", "--ttl", "1500", "cli:kill9", "--", "sh", "-c"])
+        .arg(background_writer(&f, "wait"))
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while size_of(&f) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the writer never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SIGKILL to the redis-lease process this test started: no clean-up of its own can run.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGKILL);
+    }
+    let _ = child.wait();
+    let killed = Instant::now();
+    // The writer (a grandchild, in CMD's process group) must be gone before the lease lapses.
+    assert_stops_growing(&f, Duration::from_millis(400), Duration::from_secs(5));
+    let quiet_since = killed.elapsed();
+    assert!(
+        quiet_since < Duration::from_millis(1500),
+        "the writer ran {quiet_since:?} after redis-lease died (ttl 1.5 s)"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn what_cmd_leaves_running_is_stopped_before_the_lock_is_released() {
+    let s = server();
+    let dir = tempfile_dir();
+    let f = dir.join("writes");
+    // CMD starts a background writer and exits at once.
+    let mut child = cli(&s)
+        .args(["lock", "--grace", "500", "cli:leftover", "--", "sh", "-c"])
+        .arg(background_writer(&f, "sleep 0.3; exit 4"))
+        .spawn()
+        .unwrap();
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(4), "CMD's own status");
+    // Released, and nothing of CMD writes any more.
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:leftover"]),
+        redis::Value::Int(0)
+    );
+    let grew = size_of(&f);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        size_of(&f),
+        grew,
+        "CMD's background writer outlived the lock"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigterm_during_an_acquisition_releases_what_may_have_been_granted() {
+    // No replica: every grant waits a second for an acknowledgement that never comes, so a
+    // SIGTERM lands while a grant exists but is not confirmed.
+    let s = server();
+    for round in 0..3 {
+        let key = format!("cli:sigacq{round}");
+        let mut child = cli(&s)
+            .args([
+                "lock",
+                "--ttl",
+                "30000",
+                "--replicas",
+                "1",
+                "--replica-timeout",
+                "3000",
+                &key,
+                "--",
+                "true",
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_exists(&s, &key);
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let st = wait_bounded(&mut child, Duration::from_secs(10));
+        assert_eq!(st.code(), Some(128 + 15));
+        assert_eq!(
+            redis_get(&s, &["EXISTS", &key]),
+            redis::Value::Int(0),
+            "round {round}: the unconfirmed grant was left on the server"
+        );
+    }
+}
+
+#[test]
+fn after_a_loss_with_the_server_gone_the_release_is_bounded() {
+    let mut s = server();
+    let mut child = cli(&s)
+        .args([
+            "lock", "--ttl", "3000", "--grace", "500", "cli:gone", "--", "sleep", "30",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:gone");
+    s.kill9();
+    let t = Instant::now();
+    let st = wait_bounded(&mut child, Duration::from_secs(20));
+    let took = t.elapsed();
+    assert_eq!(st.code(), Some(3), "lost");
+    // The loss comes within the ttl; CMD ends at once on SIGTERM; the release after a loss
+    // may take at most 1 s (documented), not another ttl of retries.
+    assert!(
+        took < Duration::from_millis(5_000),
+        "exited {took:?} after the server died"
+    );
+}
+
+#[test]
+fn replicas_with_no_replica_print_progress_and_give_up_with_status_1() {
     let s = server();
     let t = Instant::now();
     let out = cli(&s)
         .args([
             "lock",
-            "--ttl",
-            "600",
-            "--max-hold",
-            "1200",
-            "--grace",
-            "300",
-            "cli:cap",
+            "--replicas",
+            "1",
+            "--replica-timeout",
+            "200",
+            "cli:norepl",
             "--",
-            "sleep",
-            "30",
+            "echo",
+            "ran",
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(3));
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let took = t.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("max hold"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "CMD must not run unreplicated");
+    // Within the retry budget (30 s), with a line per attempt meanwhile.
+    assert!(took < Duration::from_secs(45), "gave up after {took:?}");
+    assert!(
+        err.matches("reached 0 of 1 replica(s); it was released, asking again")
+            .count()
+            >= 2,
+        "no progress shown while retrying: {err}"
+    );
+    assert!(err.contains("1 were asked for"), "{err}");
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "cli:norepl"]),
+        redis::Value::Int(0)
+    );
+}
+
+#[test]
+fn durations_take_units_and_usage_errors_exit_64() {
+    let s = server();
+    let mut holder = cli(&s)
+        .args(["lock", "--ttl", "10s", "cli:units", "--", "sleep", "5"])
+        .spawn()
+        .unwrap();
+    wait_exists(&s, "cli:units");
+    // The ttl in the server is the one written with its unit.
+    let info = cli(&s).args(["info", "cli:units"]).output().unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    let ttl: u64 = info
+        .split("ttl=")
+        .nth(1)
+        .and_then(|r| r.split("ms").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no ttl in {info}"));
+    assert!(ttl > 5_000 && ttl <= 10_000, "ttl {ttl} ms");
+    let t = Instant::now();
+    let st = cli(&s)
+        .args(["lock", "--wait", "300ms", "cli:units", "--", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(75));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    unsafe {
+        libc::kill(holder.id() as libc::pid_t, libc::SIGTERM);
+    }
+    wait_bounded(&mut holder, Duration::from_secs(10));
+    // Usage errors: their own status, and nothing runs.
+    for args in [
+        &["lock", "--ttl", "10x", "cli:units", "--", "echo", "ran"][..],
+        &["lock", "--ttl", "0", "cli:units", "--", "echo", "ran"],
+        &["lock", "cli:units"],
+        &["lock", "--no-such-flag", "cli:units", "--", "echo", "ran"],
+    ] {
+        let out = cli(&s).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        if args.contains(&"10x") {
+            assert!(err.contains("10s") && err.contains("500ms"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn help_documents_every_exit_status() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "CMD's own status",
+        "\n  3 ",
+        "\n  64 ",
+        "\n  75 ",
+        "\n  127 ",
+        "128+N",
+        "\n  1 ",
+        "SIGKILL",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+}
+
+#[test]
+fn a_refused_connection_fails_fast_and_names_the_address() {
+    let port = redis_lease_testkit::free_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    for args in [
+        &["lock", "cli:refused", "--", "echo", "ran"][..],
+        &["info", "cli:refused"],
+    ] {
+        let t = Instant::now();
+        let out = Command::new(BIN)
+            .env("REDIS_URL", &url)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty());
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert!(
+            err.contains(&format!("127.0.0.1:{port}")) && err.to_lowercase().contains("refused"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn what_cmd_leaves_running_outside_its_group_is_stopped_too() {
+    let s = server();
+    let dir = tempfile_dir();
+    let f = dir.join("writes");
+    // The writer leaves CMD's process group (setsid), then CMD exits.
+    let writer = format!(
+        "for i in $(seq 1 300); do echo $i >> {p}; sleep 0.05; done",
+        p = f.display()
+    );
+    let script = format!("setsid sh -c '{writer}' & sleep 0.3; exit 0");
+    let mut child = cli(&s)
+        .args(["lock", "--grace", "500ms", "cli:strays", "--", "sh", "-c"])
+        .arg(script)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0));
+    let grew = size_of(&f);
+    assert!(grew > 0, "the writer never wrote");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        size_of(&f),
+        grew,
+        "a writer outside CMD's group outlived the lock"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

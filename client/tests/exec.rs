@@ -38,7 +38,7 @@ async fn exec_runs_the_command_while_held_and_answers_its_reply() {
     let p = conn
         .semaphore("{pool}", 2)
         .with_options(opts(5_000))
-        .acquire(1)
+        .take(1)
         .await
         .unwrap();
     let n: i64 = p.exec(redis::cmd("INCR").arg("{pool}:n")).await.unwrap();
@@ -96,7 +96,7 @@ async fn fenced_runs_nothing_and_marks_the_lease_lost() {
     let g = conn
         .semaphore("{o:2}", 1)
         .with_options(opts(10_000))
-        .acquire(1)
+        .take(1)
         .await
         .unwrap();
     let _: String = g.exec(&set("{o:2}:data", "mine")).await.unwrap();
@@ -225,7 +225,7 @@ async fn a_stale_holder_is_fenced_after_the_next_holder_wrote() {
             (Box::new(old), Box::new(new))
         } else {
             let old = stale.semaphore(&key, 1).with_options(opts(ttl));
-            let old = old.acquire(1).await.unwrap();
+            let old = old.take(1).await.unwrap();
             let sem = fresh.semaphore(&key, 1).with_options(opts(5_000));
             let new = sem
                 .acquire_timeout(1, Duration::from_secs(5))

@@ -30,7 +30,7 @@ async fn at_most_limit_permits_are_held_at_once_across_many_tasks() {
         let permits = 1 + i % 2;
         tasks.push(tokio::spawn(async move {
             for _ in 0..8 {
-                let g = sem.acquire(permits).await.expect("acquire");
+                let g = sem.take(permits).await.expect("acquire");
                 let now = inside.fetch_add(permits, Ordering::SeqCst) + permits;
                 most.fetch_max(now, Ordering::SeqCst);
                 assert!(now <= limit, "{now} permits held at once, limit {limit}");
@@ -69,7 +69,7 @@ async fn a_large_request_at_the_head_is_not_overtaken_by_smaller_ones() {
     let s = server();
     let conn = connector(&s).await;
     let sem = conn.semaphore("sem:fifo", 3).with_options(opts(5_000));
-    let held = sem.acquire(2).await.unwrap();
+    let held = sem.take(2).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let waiter = |permits: u32| {
         let (sem, order) = (sem.clone(), order.clone());
@@ -127,7 +127,7 @@ async fn try_and_timeout_give_none_when_full_and_info_reports_it() {
     let s = server();
     let conn = connector(&s).await;
     let sem = conn.semaphore("sem:full", 2).with_options(opts(5_000));
-    let g = sem.acquire(2).await.unwrap();
+    let g = sem.take(2).await.unwrap();
     assert!(sem.try_acquire(1).await.unwrap().is_none());
     let t = Instant::now();
     let none = sem
@@ -155,7 +155,7 @@ async fn the_watchdog_keeps_permits_and_deleting_the_key_revokes_them() {
     let s = server();
     let conn = connector(&s).await;
     let sem = conn.semaphore("sem:renew", 1).with_options(opts(600));
-    let g = sem.acquire(1).await.unwrap();
+    let g = sem.take(1).await.unwrap();
     let first = g.valid_until().unwrap();
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert!(g.is_held(), "{:?}", g.status());
@@ -178,7 +178,7 @@ async fn lease_loss_is_signalled_before_anyone_else_is_granted() {
     let conn = connector(&s).await;
     let ttl = 1_000;
     let sem = conn.semaphore("sem:lost", 1).with_options(opts(ttl));
-    let g = sem.acquire(1).await.unwrap();
+    let g = sem.take(1).await.unwrap();
     let acquired = Instant::now();
     let contender = {
         let sem = sem.clone();
@@ -283,7 +283,7 @@ async fn another_limit_or_other_permits_are_typed_errors() {
     let s = server();
     let conn = connector(&s).await;
     let sem = conn.semaphore("sem:typed", 3).with_options(opts(5_000));
-    let g = sem.acquire(1).await.unwrap();
+    let g = sem.take(1).await.unwrap();
     let err = conn
         .semaphore("sem:typed", 4)
         .try_acquire(1)
@@ -331,7 +331,7 @@ fn blocking_api() {
     let s = server();
     let client = redis_lease_client::blocking::Client::open(&s.url()).unwrap();
     let sem = client.semaphore("sem:blocking", 2).with_options(opts(600));
-    let a = sem.acquire(1).unwrap();
+    let a = sem.take(1).unwrap();
     let b = sem.try_acquire(1).unwrap().expect("the second permit");
     assert!(sem.try_acquire(1).unwrap().is_none());
     assert!(

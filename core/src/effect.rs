@@ -67,6 +67,17 @@ pub struct Woken {
     pub token: u64,
 }
 
+/// A hold that ended: its owner gave back its last hold, resigned or lapsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// The effect that ended it (an index into [`Changes::effects`]).
+    pub effect: u32,
+    /// How long it was held, in ms: since its token was issued (see [`Tokens::issued_by`]).
+    ///
+    /// [`Tokens::issued_by`]: crate::Tokens::issued_by
+    pub held_ms: u64,
+}
+
 /// What one operation changed: the effects in order, the waiters granted, and the waiters
 /// whose wait ended without a grant. Every waiter that leaves the queue other than by
 /// [`cancel`](crate::RwLock::cancel) is in exactly one of `woken` and `timed_out`.
@@ -79,6 +90,9 @@ pub struct Changes {
     /// Multi-key waiters that reached the head of this key's queue and could be granted here:
     /// the shell grants them if every other key of theirs is ready too (see `multi`).
     pub ready: Vec<u64>,
+    /// The holds that ended, for the shell's hold-time figures (not replicated: a replica
+    /// learns them from the effects).
+    pub ended: SmallVec<[Ended; 1]>,
 }
 
 impl Changes {
@@ -88,6 +102,12 @@ impl Changes {
             *self = more;
             return;
         }
+        let base = self.effects.len() as u32;
+        let ended = more.ended.into_iter().map(|e| Ended {
+            effect: e.effect + base,
+            ..e
+        });
+        self.ended.extend(ended);
         self.effects.extend(more.effects);
         self.woken.extend(more.woken);
         self.timed_out.extend(more.timed_out);

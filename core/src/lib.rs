@@ -21,7 +21,7 @@ mod queue;
 mod tokens;
 pub mod waitfor;
 
-pub use effect::{Changes, DropReason, Effect, Woken};
+pub use effect::{Changes, DropReason, Effect, Ended, Woken};
 pub use env::{Env, Grants};
 pub use holders::{Hold, HolderView};
 pub use id::{AsId, Id, IdBytes};

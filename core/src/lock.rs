@@ -1,4 +1,4 @@
-use crate::effect::{Changes, DropReason, Effect, Woken};
+use crate::effect::{Changes, DropReason, Effect, Ended, Woken};
 use crate::env::Env;
 use crate::holders::{Hold, HolderView, Holders};
 use crate::id::{AsId, Id};
@@ -331,8 +331,27 @@ impl Lock {
     }
 
     pub(crate) fn emit(&mut self, op: &mut Op, effect: Effect) {
+        self.note_end(op, &effect);
         self.apply(&effect, op.env.tokens);
         op.changes.effects.push(effect);
+    }
+
+    /// Notes in `op` the hold `effect` is about to end, if it ends one (its owner's last).
+    fn note_end(&self, op: &mut Op, effect: &Effect) {
+        let (owner, all) = match effect {
+            Effect::Drop { owner, .. } => (owner, true),
+            Effect::Release { owner } => (owner, self.limit > 0),
+            _ => return,
+        };
+        let Some(h) = self.holders.get(owner) else {
+            return;
+        };
+        if all || u64::from(h.reads) + u64::from(h.writes) == 1 {
+            op.changes.ended.push(Ended {
+                effect: op.changes.effects.len() as u32,
+                held_ms: op.env.now.saturating_sub(Tokens::issued_by(h.token)),
+            });
+        }
     }
 
     /// Lets time pass up to `now`, in the order things happened, as a timer that fired on

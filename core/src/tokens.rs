@@ -43,6 +43,13 @@ impl Tokens {
         Some(t)
     }
 
+    /// The latest ms at which `token` can have been issued: every token is at least its
+    /// clock's ms times 1000, so this is that ms, exact unless more than 1000 grants were made
+    /// in one ms or tokens were raised above the clock by a token observed elsewhere.
+    pub const fn issued_by(token: u64) -> Ms {
+        token / 1000
+    }
+
     /// Raise the high-water mark to a token seen in replication, an AOF or an RDB file.
     pub fn observe(&mut self, token: u64) {
         self.high = self.high.max(token);

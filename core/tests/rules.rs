@@ -1,6 +1,8 @@
 //! Every granting rule of docs/COMMANDS.md, on the pure core with a fake clock. The rules of
 //! wait deadlines, held grants (quarantine) and semaphores have their own files under rules/.
 
+#[path = "rules/ended.rs"]
+mod ended;
 mod harness;
 #[path = "rules/held.rs"]
 mod held;

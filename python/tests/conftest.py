@@ -7,7 +7,6 @@ from typing import Iterator
 
 import pytest
 import redis
-
 from servers import Server
 
 

@@ -95,8 +95,21 @@ class Server:
 
     def _spawn(self) -> None:
         cmd = [
-            server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-            "--logfile", "redis.log", "--save", "", "--daemonize", "no", "--protected-mode", "yes",
+            server_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.dir,
+            "--logfile",
+            "redis.log",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
         ]
         if self.module:
             mod = module_path()
@@ -104,7 +117,9 @@ class Server:
                 raise RuntimeError(f"module {mod} not built: run `make` first")
             cmd += ["--loadmodule", str(mod), *self.module_args]
         cmd += self.args
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         end = time.monotonic() + 20
         while True:
             if self.proc.poll() is not None:
@@ -180,10 +195,15 @@ def cluster_nodes(port: int) -> List[Dict[str, object]]:
                 continue
             lo, _, hi = s.partition("-")
             slots.append((int(lo), int(hi or lo)))
-        out.append({
-            "id": f[0], "port": int(f[1].split("@")[0].rsplit(":", 1)[1]),
-            "master": "master" in f[2], "master_id": f[3], "slots": slots,
-        })
+        out.append(
+            {
+                "id": f[0],
+                "port": int(f[1].split("@")[0].rsplit(":", 1)[1]),
+                "master": "master" in f[2],
+                "master_id": f[3],
+                "slots": slots,
+            }
+        )
     return out
 
 
@@ -191,23 +211,43 @@ class Cluster:
     """3 masters and 3 replicas, the module on every node, joined by ``redis-cli --cluster create``."""
 
     def __init__(self) -> None:
-        args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000", "--appendonly", "no"]
+        args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "3000",
+            "--appendonly",
+            "no",
+        ]
         self.nodes: List[Server] = []
         try:
             for _ in range(6):
                 self.nodes.append(Server(args))
             out = subprocess.run(
-                ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                 "--cluster-replicas", "1", "--cluster-yes"],
-                capture_output=True, timeout=60,
+                [
+                    "redis-cli",
+                    "--cluster",
+                    "create",
+                    *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                    "--cluster-replicas",
+                    "1",
+                    "--cluster-yes",
+                ],
+                capture_output=True,
+                timeout=60,
             )
             assert out.returncode == 0, out.stdout.decode(errors="replace")
             for n in self.nodes:
-                until(30, "cluster_state:ok", lambda: "cluster_state:ok" in text(n.raw("CLUSTER", "INFO")), 0.1)
+                until(30, "cluster_state:ok", lambda n=n: "cluster_state:ok" in text(n.raw("CLUSTER", "INFO")), 0.1)
 
                 def agreed(port: int = n.port) -> bool:
                     nodes = cluster_nodes(port)
-                    return sum(1 for x in nodes if x["master"] and x["slots"]) == 3 and sum(1 for x in nodes if not x["master"]) == 3
+                    return (
+                        sum(1 for x in nodes if x["master"] and x["slots"]) == 3
+                        and sum(1 for x in nodes if not x["master"]) == 3
+                    )
 
                 until(30, "every node to agree on roles", agreed, 0.1)
         except BaseException:
@@ -266,7 +306,9 @@ class Sentinel:
             )
             self.proc = subprocess.Popen(
                 [server_binary(), str(conf), "--sentinel"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             try:
                 until(20, "sentinel to answer", lambda: self.master_port() == master_port)

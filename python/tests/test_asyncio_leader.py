@@ -9,7 +9,6 @@ from typing import AsyncIterator
 
 import pytest
 import redis.asyncio as aredis
-
 from redis_lease.asyncio import Connector, LeaderElector, LeaderObserver, LossReason, NotAcquired, RetryPolicy
 from servers import Server
 

@@ -9,7 +9,6 @@ from typing import AsyncIterator, List, Optional
 
 import pytest
 import redis.asyncio as aredis
-
 from redis_lease import LossReason
 from redis_lease.asyncio import Connector, Deadlock, LeaseLost, LockGone, LockGuard, NotAcquired, RetryPolicy, RwLock
 from servers import Server

@@ -10,10 +10,8 @@ import time
 from typing import Iterator, List, Optional
 
 import pytest
-import redis
 import redis.asyncio.cluster as acluster
 from redis.cluster import ClusterNode, RedisCluster
-
 from redis_lease import LeaderElector, LockGuard, RetryPolicy, RwLock
 from redis_lease import asyncio as alease
 from servers import Cluster, raw

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import redis
 import redis.asyncio as aredis
-
 from redis_lease import Fenced, LeaderElector, LeaseLost, LossReason, RetryPolicy, RwLock, Semaphore
 from redis_lease import asyncio as alease
 from servers import Server
@@ -15,14 +14,16 @@ FAST = RetryPolicy(base_delay=0.01, max_delay=0.2, budget=15.0)
 
 def test_exec_runs_only_while_the_write_hold_is_live(r: "redis.Redis[bytes]") -> None:
     lk = RwLock(r, "{order:1}", ttl=5.0, retry=FAST)
-    with lk.write() as g:
-        assert g.exec("SET", "{order:1}:data", "v1") in (b"OK", "OK", True)
-        assert g.exec("GET", "{order:1}:data") == b"v1"
-        r.delete("{order:1}")  # the hold is gone: the next write is refused
-        with pytest.raises(Fenced) as e:
-            g.exec("SET", "{order:1}:data", "v2")
-        assert str(e.value).startswith("FENCED")
-        assert isinstance(e.value, LeaseLost)
+    # The hold was lost inside the block: leaving it says so.
+    with pytest.raises(LeaseLost, match="lost during the with block"):
+        with lk.write() as g:
+            assert g.exec("SET", "{order:1}:data", "v1") in (b"OK", "OK", True)
+            assert g.exec("GET", "{order:1}:data") == b"v1"
+            r.delete("{order:1}")  # the hold is gone: the next write is refused
+            with pytest.raises(Fenced) as e:
+                g.exec("SET", "{order:1}:data", "v2")
+            assert str(e.value).startswith("FENCED")
+            assert isinstance(e.value, LeaseLost)
     assert r.get("{order:1}:data") == b"v1", "nothing ran"
 
 

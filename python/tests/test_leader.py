@@ -9,7 +9,6 @@ from typing import List
 
 import pytest
 import redis
-
 from redis_lease import LeaderElector, LeaderObserver, Leadership, LossReason, NotAcquired, RetryPolicy
 from servers import Server
 

@@ -8,7 +8,6 @@ from typing import List, Optional, Tuple
 
 import pytest
 import redis
-
 from redis_lease import Deadlock, LeaseLost, LockGone, LockGuard, LossReason, NotAcquired, RetryPolicy, RwLock
 from servers import Server, free_port
 

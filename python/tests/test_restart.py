@@ -9,7 +9,6 @@ from typing import Iterator
 
 import pytest
 import redis
-
 from redis_lease import LeaderObserver, RetryPolicy, RwLock
 from servers import Server
 

@@ -10,8 +10,7 @@ from typing import List, Optional
 import pytest
 import redis
 import redis.asyncio as aredis
-
-from redis_lease import LossReason, NotAcquired, RetryPolicy, Semaphore, SemaphoreGuard
+from redis_lease import LimitMismatch, LossReason, NotAcquired, RetryPolicy, Semaphore, SemaphoreGuard
 from redis_lease import asyncio as alease
 from servers import Server
 
@@ -108,7 +107,7 @@ def test_watchdog_keeps_permits_and_deleting_the_key_revokes_them(r: "redis.Redi
 
 def test_another_limit_on_a_live_key_is_an_error(r: "redis.Redis[bytes]") -> None:
     with sem(r, "sem:other", 3).acquire():
-        with pytest.raises(redis.ResponseError):
+        with pytest.raises(LimitMismatch):
             sem(r, "sem:other", 4).try_acquire()
     with pytest.raises(ValueError):
         sem(r, "sem:other", 3).try_acquire(permits=4)

@@ -10,7 +10,6 @@ from typing import Iterator, List, Optional, Tuple
 
 import pytest
 import redis.sentinel
-
 from redis_lease import LeaderElector, LockGuard, RetryPolicy, RwLock
 from servers import Sentinel, Server, raw, until
 
@@ -35,7 +34,9 @@ def deployment() -> Iterator[Tuple[Server, Server, Sentinel]]:
 
 
 def master_for(sentinel: Sentinel) -> "redis.Redis[bytes]":
-    return redis.sentinel.Sentinel([("127.0.0.1", sentinel.port)], socket_timeout=5).master_for("mymaster", socket_timeout=5)
+    return redis.sentinel.Sentinel([("127.0.0.1", sentinel.port)], socket_timeout=5).master_for(
+        "mymaster", socket_timeout=5
+    )
 
 
 def test_locks_and_elections_work_through_a_sentinel_master(deployment: Tuple[Server, Server, Sentinel]) -> None:

@@ -7,10 +7,9 @@ from typing import Any, Callable, List, Optional
 
 import pytest
 from redis import exceptions as rx
-
 from redis_lease import Deadlock, Fenced, LeaseTiming, LockGone, LossReason, RetryPolicy, Unavailable, protocol, replies
 from redis_lease.protocol import Acquisition, Call, Failed, Grant, Sleep
-from redis_lease.retry import Backoff, Fatal, Transient, classify
+from redis_lease.retry import Backoff, Transient, classify
 from redis_lease.routing import redirection
 from redis_lease.timing import seconds_to_ms, wait_ms
 
@@ -145,13 +144,26 @@ def test_redirections_are_parsed_with_or_without_the_code() -> None:
 
 def test_info_replies_parse_in_resp2_and_resp3_shapes() -> None:
     resp2 = info_with("me", "read", 2, 7)
-    resp3 = {"mode": "read", "holders": [{"owner": "me", "mode": "read", "count": 2, "ttl": 2900, "token": 7}], "waiters": 1, "token": 7}
+    resp3 = {
+        "mode": "read",
+        "holders": [{"owner": "me", "mode": "read", "count": 2, "ttl": 2900, "token": 7}],
+        "waiters": 1,
+        "token": 7,
+    }
     for v in (resp2, resp3):
         info = replies.lock_info(v)
         h = info.hold_of("me", "read")
         assert info.mode == "read" and h is not None and (h.count, h.token, h.ttl) == (2, 7, 2.9)
     assert replies.lock_info([b"mode", b"none", b"holders", [], b"waiters", 0, b"token", 0]).mode is None
-    sem = replies.semaphore_info({"limit": 5, "used": 3, "holders": [{"owner": "o", "permits": 3, "ttl": 10, "token": 9}], "waiters": 2, "token": 9})
+    sem = replies.semaphore_info(
+        {
+            "limit": 5,
+            "used": 3,
+            "holders": [{"owner": "o", "permits": 3, "ttl": 10, "token": 9}],
+            "waiters": 2,
+            "token": 9,
+        }
+    )
     assert (sem.limit, sem.used, sem.waiters) == (5, 3, 2) and sem.hold_of("o") is not None
     cur = replies.leader_info([b"node-1", 17, 4991])
     assert cur is not None and (cur.candidate, cur.term, cur.ttl) == ("node-1", 17, 4.991)
@@ -269,7 +281,9 @@ def test_errors_that_retrying_cannot_fix_are_raised() -> None:
 
 
 def test_a_caller_chosen_owner_adopts_only_a_hold_beyond_its_existing_ones() -> None:
-    infos = iter([info_with("me", count=1, token=3), info_with("me", count=1, token=3), info_with("me", count=2, token=3)])
+    infos = iter(
+        [info_with("me", count=1, token=3), info_with("me", count=1, token=3), info_with("me", count=2, token=3)]
+    )
 
     def respond(s: Script, c: Call) -> Any:
         if c.args[0] == "RWLOCK.INFO":
@@ -289,7 +303,13 @@ def test_semaphore_requests_carry_the_limit_and_permits_and_adopt_by_info() -> N
         if c.args[0] == "SEMAPHORE.ACQUIRE":
             return lost_reply(s, c)
         if c.args[0] == "SEMAPHORE.INFO":
-            return {"limit": 5, "used": 2, "holders": [{"owner": "me", "permits": 2, "ttl": 2000, "token": 8}], "waiters": 0, "token": 8}
+            return {
+                "limit": 5,
+                "used": 2,
+                "holders": [{"owner": "me", "permits": 2, "ttl": 2000, "token": 8}],
+                "waiters": 0,
+                "token": 8,
+            }
         return 8
 
     s = Script(respond)
@@ -311,7 +331,13 @@ def test_a_semaphore_hold_of_other_permits_is_not_adopted() -> None:
             acquires += 1
             return reset(s, c) if acquires == 1 else 8
         if c.args[0] == "SEMAPHORE.INFO":
-            return {"limit": 5, "used": 1, "holders": [{"owner": "me", "permits": 1, "ttl": 2000, "token": 7}], "waiters": 0, "token": 7}
+            return {
+                "limit": 5,
+                "used": 1,
+                "holders": [{"owner": "me", "permits": 1, "ttl": 2000, "token": 7}],
+                "waiters": 0,
+                "token": 7,
+            }
         return 8
 
     s = Script(respond)
@@ -346,7 +372,17 @@ def test_watchdog_renews_every_third_and_signals_expiry_at_the_bound() -> None:
         return lost_reply(s, c)  # the server stops answering
 
     s = Script(respond)
-    reason = s.run(protocol.watchdog(("RWLOCK.RENEW", "k", "me", 3000), TIMING, POLICY, 1.5, 1000.0, lambda b, r: bounds.append((b, r)), now=s.now))
+    reason = s.run(
+        protocol.watchdog(
+            ("RWLOCK.RENEW", "k", "me", 3000),
+            TIMING,
+            POLICY,
+            1.5,
+            1000.0,
+            lambda b, r: bounds.append((b, r)),
+            now=s.now,
+        )
+    )
     assert reason is LossReason.EXPIRED
     assert sends[:3] == pytest.approx([1001.0, 1002.0, 1003.0]), "every third of the ttl"
     assert bounds[:3] == [(pytest.approx(t + 3.0 - 0.032), None) for t in (1001.0, 1002.0, 1003.0)]
@@ -360,7 +396,14 @@ def test_watchdog_renews_every_third_and_signals_expiry_at_the_bound() -> None:
 def test_watchdog_reports_revocation_on_nil() -> None:
     seen: List[Any] = []
     s = Script(lambda s, c: None)
-    assert s.run(protocol.watchdog(("RWLOCK.RENEW", "k", "me", 3000), TIMING, POLICY, 1.5, 1000.0, lambda b, r: seen.append(r), now=s.now)) is LossReason.REVOKED
+    assert (
+        s.run(
+            protocol.watchdog(
+                ("RWLOCK.RENEW", "k", "me", 3000), TIMING, POLICY, 1.5, 1000.0, lambda b, r: seen.append(r), now=s.now
+            )
+        )
+        is LossReason.REVOKED
+    )
     assert seen == [LossReason.REVOKED]
 
 
@@ -390,3 +433,32 @@ def test_exec_retries_only_where_the_command_certainly_did_not_run() -> None:
     s = Script(lambda s, c: Failed(rx.ResponseError("FENCED the hold is not live")))
     with pytest.raises(Fenced):
         s.run(protocol.fenced_exec("k", 7, ("INCR", "n"), 1010.0, POLICY, 1.5, now=s.now))
+
+
+@pytest.mark.parametrize(
+    "reply, cls",
+    [
+        ("LIMIT this semaphore's limit is 3; a request must name the same limit", "LimitMismatch"),
+        ("this semaphore's limit is 3; a request must name the same limit", "LimitMismatch"),
+        ("PERMITS this owner holds 1 permits of this semaphore; release them first", "PermitsMismatch"),
+        (
+            "this owner holds 1 permits of this semaphore; release them before asking for another number",
+            "PermitsMismatch",
+        ),
+        ("unknown command 'RWLOCK.WLOCK', with args beginning with: 'k'", "ModuleNotLoaded"),
+        (
+            "ttl must be an integer from 1 to 60000 ms (lease.max-ttl, and lease.quarantine while it is set), got '5000000'",
+            "TtlTooLong",
+        ),
+    ],
+)
+def test_reply_errors_are_typed_by_code_and_by_todays_wording(reply: str, cls: str) -> None:
+    import redis_lease
+    from redis_lease.errors import typed_reply_error
+
+    args = ("SEMAPHORE.ACQUIRE", "k", "o", 3, 5000000) if "ttl" in reply else ("RWLOCK.WLOCK", "k", "o", 5000)
+    got = typed_reply_error(rx.ResponseError(reply), "127.0.0.1:6379", args)
+    assert type(got) is getattr(redis_lease, cls), got
+    if cls == "TtlTooLong":
+        assert got.max_ms == 60000 and got.ttl_ms == 5000000  # type: ignore[attr-defined]
+    assert typed_reply_error(rx.ResponseError("WRONGTYPE x"), "h:1", args).__class__ is rx.ResponseError

@@ -10,6 +10,7 @@ use crate::clock;
 use crate::ffi::args::Args;
 use crate::ffi::call::{self, CallError};
 use crate::ffi::ctx::Ctx;
+use crate::ffi::getkeys::{self, KeyFlags};
 use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
 use crate::ffi::reply::{Reply, ReplyError};
 use crate::parse;
@@ -93,7 +94,25 @@ where
         .map(|v| v.fences(token, now))
 }
 
+/// Declares LEASE.EXEC's keys (its getkeys-api): the lock key, read only, and the keys of the
+/// command it runs, with their own flags, at their positions in LEASE.EXEC's arguments. Redis
+/// then routes and checks them all: CROSSSLOT when they hash to different slots, TRYAGAIN (or
+/// ASK) while a migrating slot has some of them on each node, ACL key patterns on each.
+fn declare_keys(ctx: &Ctx, args: &Args) {
+    ctx.declare_key(1, KeyFlags::READ);
+    let inner = args.raw_from(3);
+    for (pos, flags) in getkeys::command_keys(ctx, inner).unwrap_or_default() {
+        if pos < inner.len() {
+            ctx.declare_key(3 + pos, flags);
+        }
+    }
+}
+
 pub fn exec(ctx: &Ctx, args: &Args) -> Outcome {
+    if ctx.keys_request() {
+        declare_keys(ctx, args);
+        return Ok(Reply::Written);
+    }
     // A writable replica (`replica-read-only no`) must not run fenced writes its master never
     // sees: it would diverge.
     super::writable(ctx)?;
@@ -120,7 +139,7 @@ pub fn exec(ctx: &Ctx, args: &Args) -> Outcome {
     if ctx.is_cluster() {
         let lock_slot = slot::of(lock_key);
         let inner = args.raw_from(3);
-        for pos in call::key_positions(ctx, inner).unwrap_or_default() {
+        for (pos, _) in getkeys::command_keys(ctx, inner).unwrap_or_default() {
             let k = inner.get(pos).map_or(&[][..], |s| call::bytes_of(*s));
             if slot::of(k) != lock_slot {
                 return Err(

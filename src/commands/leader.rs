@@ -2,6 +2,7 @@
 
 use redis_lease_core::{DropReason, Effect, Election};
 
+use super::queue::{self, Shape};
 use super::{
     acquire, change, held_id, ms_left, new_id, options, read, refused, replay_own, token, ttl,
     Outcome,
@@ -66,5 +67,33 @@ pub fn current(ctx: &Ctx, args: &Args) -> Outcome {
             }
             None => Reply::Nil,
         }
+    })
+}
+
+/// `LEADER.INFO key`: a map of `leader` (a map of `candidate`, `term`, `ttl`; nil when nobody
+/// leads), `queue` (see [`queue::reply`]) and `waiters`.
+pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
+    let (now, fraction) = clock::now();
+    read::<Election, _>(ctx, args, |seen| {
+        let waiting = queue::of(ctx, args.bytes(1), &seen);
+        ctx.reply_map(3);
+        ctx.reply_bulk(b"leader");
+        match seen.value.and_then(|v| v.core.current(now)) {
+            Some(h) => {
+                ctx.reply_map(3);
+                ctx.reply_bulk(b"candidate");
+                ctx.reply_bulk(&h.owner.bytes());
+                ctx.reply_bulk(b"term");
+                ctx.reply(token(h.hold.token));
+                ctx.reply_bulk(b"ttl");
+                ctx.reply_int(ms_left(h.hold.deadline, now, fraction));
+            }
+            None => ctx.reply_null(),
+        }
+        ctx.reply_bulk(b"queue");
+        queue::reply(ctx, &waiting, Shape::Election, now, fraction);
+        ctx.reply_bulk(b"waiters");
+        ctx.reply_int(seen.waiters as i64);
+        Reply::Written
     })
 }

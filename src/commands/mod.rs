@@ -7,6 +7,7 @@ pub mod exec;
 pub mod fault;
 pub mod leader;
 pub mod multi;
+pub mod queue;
 pub mod rwlock;
 pub mod semaphore;
 
@@ -127,8 +128,9 @@ pub fn refused(e: LockError) -> ReplyError {
         LockError::TokensExhausted => {
             "ERR no fencing token above the highest one seen can be issued (2^63-1 reached)".into()
         }
+        // Codes of their own, so that clients match the code, not the wording.
         LockError::LimitMismatch { limit } => {
-            format!("ERR this semaphore's limit is {limit}; a request must name the same limit")
+            format!("LIMIT this semaphore's limit is {limit}; a request must name the same limit")
                 .into()
         }
         LockError::MaxHold { left } => format!(
@@ -137,7 +139,7 @@ pub fn refused(e: LockError) -> ReplyError {
         )
         .into(),
         LockError::PermitsMismatch { permits } => format!(
-            "ERR this owner holds {permits} permits of this semaphore; release them before \
+            "PERMITS this owner holds {permits} permits of this semaphore; release them before \
              asking for another number"
         )
         .into(),

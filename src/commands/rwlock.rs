@@ -2,6 +2,7 @@
 
 use redis_lease_core::{Effect, Mode, Request, RwLock};
 
+use super::queue::{self, Shape};
 use super::{
     acquire, cap_left, change, held_id, ms_left, new_id, options, read, refused, replay_own, token,
     ttl, Outcome,
@@ -63,10 +64,11 @@ pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
 }
 
 /// `RWLOCK.INFO key`: a map of `holders` (each a map of `cap`, `count`, `mode`, `owner`, `token`,
-/// `ttl`, in grant order), `mode`, `token` and `waiters`.
+/// `ttl`, in grant order), `mode`, `queue` (see [`queue::reply`]), `token` and `waiters`.
 pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
     let (now, fraction) = clock::now();
     read::<RwLock, _>(ctx, args, |seen| {
+        let waiting = queue::of(ctx, args.bytes(1), &seen);
         let lock = seen.value.map(|v| &v.core.0);
         let mut live: Vec<_> = lock.into_iter().flat_map(|l| l.live_holders(now)).collect();
         live.sort_unstable_by_key(|h| h.hold.token);
@@ -81,7 +83,7 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
                 .filter(|(_, c, _)| *c > 0)
             })
             .collect();
-        ctx.reply_map(4);
+        ctx.reply_map(5);
         ctx.reply_bulk(b"holders");
         ctx.reply_array(entries.len());
         for (m, count, h) in entries {
@@ -102,6 +104,8 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         let mode = lock.and_then(|l| l.mode(now)).map_or(c"none", mode_word);
         ctx.reply_bulk(b"mode");
         ctx.reply_simple(mode);
+        ctx.reply_bulk(b"queue");
+        queue::reply(ctx, &waiting, Shape::Lock, now, fraction);
         ctx.reply_bulk(b"token");
         ctx.reply(token(lock.map_or(0, |l| l.last_token())));
         ctx.reply_bulk(b"waiters");
@@ -110,7 +114,7 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
     })
 }
 
-fn mode_word(m: Mode) -> &'static std::ffi::CStr {
+pub fn mode_word(m: Mode) -> &'static std::ffi::CStr {
     match m {
         Mode::Read => c"read",
         Mode::Write => c"write",

@@ -2,6 +2,7 @@
 
 use redis_lease_core::{Effect, Permits, Semaphore};
 
+use super::queue::{self, Shape};
 use super::{
     acquire, cap_left, change, held_id, ms_left, new_id, options, read, refused, replay_own, token,
     ttl, Outcome,
@@ -59,15 +60,17 @@ pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
 }
 
 /// `SEMAPHORE.INFO key`: a map of `holders` (each a map of `owner`, `permits`, `token`,
-/// `ttl`, in grant order), `limit`, `token`, `used` and `waiters`.
+/// `ttl`, in grant order), `limit`, `queue` (see [`queue::reply`]), `token`, `used` and
+/// `waiters`.
 pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
     let (now, fraction) = clock::now();
     read::<Semaphore, _>(ctx, args, |seen| {
+        let waiting = queue::of(ctx, args.bytes(1), &seen);
         let lock = seen.value.map(|v| &v.core.0);
         let mut live: Vec<_> = lock.into_iter().flat_map(|l| l.live_holders(now)).collect();
         live.sort_unstable_by_key(|h| h.hold.token);
         let used: u64 = live.iter().map(|h| u64::from(h.hold.reads)).sum();
-        ctx.reply_map(5);
+        ctx.reply_map(6);
         ctx.reply_bulk(b"holders");
         ctx.reply_array(live.len());
         for h in &live {
@@ -85,6 +88,8 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         }
         ctx.reply_bulk(b"limit");
         ctx.reply_int(lock.map_or(0, |l| l.limit().into()));
+        ctx.reply_bulk(b"queue");
+        queue::reply(ctx, &waiting, Shape::Semaphore, now, fraction);
         ctx.reply_bulk(b"token");
         ctx.reply(token(lock.map_or(0, |l| l.last_token())));
         ctx.reply_bulk(b"used");

@@ -74,32 +74,6 @@ impl Ctx {
     }
 }
 
-/// The positions of the keys of the command `argv` (its name first), as Redis reads them from
-/// the command's key specs; `None` if Redis cannot tell (unknown command, bad arity).
-pub fn key_positions(ctx: &Ctx, argv: &[*mut raw::RedisModuleString]) -> Option<Vec<usize>> {
-    let f = super::api_opt!(RedisModule_GetCommandKeys)?;
-    let mut n: c_int = 0;
-    // SAFETY: a live context and the running command's own argument strings; Redis returns
-    // an array it allocated, freed here.
-    unsafe {
-        let p = f(
-            ctx.raw(),
-            argv.as_ptr() as *mut _,
-            argv.len() as c_int,
-            &mut n,
-        );
-        if p.is_null() {
-            return (n == 0).then(Vec::new);
-        }
-        let out = std::slice::from_raw_parts(p, n.max(0) as usize)
-            .iter()
-            .map(|i| *i as usize)
-            .collect();
-        api!(RedisModule_Free)(p.cast());
-        Some(out)
-    }
-}
-
 /// The bytes of argument string `s`.
 pub fn bytes_of<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
     // SAFETY: an argument of the running command, live for its call.

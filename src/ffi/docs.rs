@@ -93,6 +93,11 @@ fn raw_args(
 fn raw_key_spec(k: &KeySpec) -> raw::RedisModuleCommandKeySpec {
     let flags = match k.access {
         Access::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        Access::ReadAndDeclared => {
+            raw::REDISMODULE_CMD_KEY_RO
+                | raw::REDISMODULE_CMD_KEY_ACCESS
+                | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS
+        }
         Access::Write => {
             raw::REDISMODULE_CMD_KEY_RW
                 | raw::REDISMODULE_CMD_KEY_ACCESS

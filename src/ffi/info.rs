@@ -17,6 +17,17 @@ impl Section {
         unsafe { api!(RedisModule_InfoAddFieldLongLong)(self.raw, name.as_ptr(), v) };
     }
 
+    /// A field `name:k1=v1,k2=v2` (Redis's dict field: `name` is prefixed, the keys are not).
+    pub fn dict(&mut self, name: &CStr, fields: &[(&CStr, i64)]) {
+        // SAFETY: as above; each begin is matched by its end before the callback returns.
+        unsafe { api!(RedisModule_InfoBeginDictField)(self.raw, name.as_ptr()) };
+        for (k, v) in fields {
+            self.int(k, *v);
+        }
+        // SAFETY: as above.
+        unsafe { api!(RedisModule_InfoEndDictField)(self.raw) };
+    }
+
     pub fn text(&mut self, name: &CStr, v: &CStr) {
         // SAFETY: as above; Redis copies the value.
         unsafe { api!(RedisModule_InfoAddFieldCString)(self.raw, name.as_ptr(), v.as_ptr()) };

@@ -6,9 +6,11 @@
 pub mod args;
 pub mod block;
 pub mod call;
+pub mod cluster;
 pub mod command;
 pub mod ctx;
 pub mod docs;
+pub mod getkeys;
 pub mod guard;
 pub mod info;
 pub mod io;

@@ -53,12 +53,24 @@ pub struct Cluster {
 impl Cluster {
     /// Starts 6 nodes and joins them as 3 masters with one replica each.
     pub fn start() -> Cluster {
-        let opts = Options::default()
-            .arg("cluster-enabled", "yes")
-            .arg("cluster-config-file", "nodes.conf")
-            .arg("cluster-node-timeout", "3000")
-            .arg("appendonly", "no");
-        let nodes: Vec<Server> = (0..6).map(|_| Server::with(opts.clone())).collect();
+        Cluster::start_with(Options::default())
+    }
+
+    /// As [`Cluster::start`], every node with `opts` besides the cluster settings.
+    pub fn start_with(opts: Options) -> Cluster {
+        Cluster::start_each(vec![opts; 6])
+    }
+
+    /// As [`Cluster::start`], node `i` with `opts[i]` besides the cluster settings (6 nodes;
+    /// `redis-cli --cluster create` makes the first three masters).
+    pub fn start_each(opts: Vec<Options>) -> Cluster {
+        let cluster = |o: Options| {
+            o.arg("cluster-enabled", "yes")
+                .arg("cluster-config-file", "nodes.conf")
+                .arg("cluster-node-timeout", "3000")
+                .arg("appendonly", "no")
+        };
+        let nodes: Vec<Server> = opts.into_iter().map(|o| Server::with(cluster(o))).collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for n in &nodes {
@@ -163,5 +175,123 @@ impl Cluster {
             self.owner_of(key).id == replica.id
         });
         replica
+    }
+
+    /// The hash slot of `key`.
+    pub fn slot_of(&self, key: &str) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].conn())
+            .unwrap()
+    }
+
+    /// Every master as this cluster sees it.
+    pub fn masters(&self) -> Vec<NodeLine> {
+        cluster_nodes(&mut self.nodes[0].conn())
+            .into_iter()
+            .filter(|n| n.master && !n.slots.is_empty())
+            .collect()
+    }
+
+    /// Starts moving `slot` from `src` to `dst` as `redis-cli --cluster reshard` does: IMPORTING
+    /// on the target first, then MIGRATING on the source.
+    pub fn begin_migration(&self, slot: u16, src: &NodeLine, dst: &NodeLine) {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&src.id)
+            .query(&mut self.node(dst.port).conn())
+            .unwrap();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&dst.id)
+            .query(&mut self.node(src.port).conn())
+            .unwrap();
+    }
+
+    /// Moves `keys` from `src` to `dst` with MIGRATE (the slot migrating); the error if Redis
+    /// refuses (BUSYKEY when the target already has one).
+    pub fn migrate_keys(
+        &self,
+        src: &NodeLine,
+        dst: &NodeLine,
+        keys: &[&str],
+    ) -> redis::RedisResult<()> {
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(dst.port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys)
+            .query(&mut self.node(src.port).conn())
+    }
+
+    /// Ends the move of `slot`: SETSLOT NODE `dst` on the target, then on every other master,
+    /// and waits until every master sees `dst` own it.
+    pub fn finish_migration(&self, slot: u16, dst: &NodeLine) {
+        let masters = self.masters();
+        let order = masters
+            .iter()
+            .filter(|n| n.id == dst.id)
+            .chain(masters.iter().filter(|n| n.id != dst.id));
+        for n in order {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&dst.id)
+                .query(&mut self.node(n.port).conn())
+                .unwrap();
+        }
+        until(
+            Duration::from_secs(30),
+            "every master to see the slot moved",
+            || {
+                self.masters().iter().all(|m| {
+                    let mut conn = self.node(m.port).conn();
+                    cluster_nodes(&mut conn).iter().any(|n| {
+                        n.id == dst.id && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+                    })
+                })
+            },
+        );
+    }
+}
+
+/// The hash slot of `key` (CRC16/XMODEM of the key or its hash tag, modulo 16384), as
+/// `CLUSTER KEYSLOT` answers, without asking a server.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|b| *b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|b| *b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let crc = tagged.unwrap_or(key).iter().fold(0u16, |mut crc, b| {
+        crc ^= u16::from(*b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+        crc
+    });
+    crc & 16383
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn key_slots_match_redis() {
+        assert_eq!(super::key_slot(b"foo"), 12182);
+        assert_eq!(super::key_slot(b"{user1000}.following"), 3443);
+        assert_eq!(super::key_slot(b"foo{}{bar}"), 8363);
     }
 }

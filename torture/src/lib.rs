@@ -12,8 +12,10 @@
 //! * `group`: the Sentinel group (processes ours, stopped by pid).
 //! * `workers`: the critical sections.
 //! * `run`: one configuration, end to end.
+//! * `cluster`: the cluster torture run (slots moving, failovers, a skewed clock).
 
 pub mod analysis;
+pub mod cluster;
 pub mod faults;
 pub mod group;
 pub mod resource;

@@ -57,6 +57,7 @@ pub(crate) async fn drive(
     cleanup: &mut InflightCleanup,
 ) -> Result<Option<Held>> {
     let client = shell.client();
+    client.check_timing(&shell.timing())?;
     let (mut m, mut step) = Acquisition::new(
         wait,
         generated,
@@ -77,12 +78,29 @@ pub(crate) async fn drive(
                 m.on_info(Instant::now(), read)
             }
             Step::Send(w) => {
-                let reply = send(shell, w).await;
+                let reply = send(shell, w, m.deadline()).await;
                 m.on_reply(Instant::now(), reply)
             }
             Step::Confirm(g) => {
                 let found = confirm(shell, g).await;
-                m.on_confirm(Instant::now(), found)
+                let short = match found {
+                    Confirmation::NotReplicated { acked, wanted } => Some((acked, wanted)),
+                    _ => None,
+                };
+                let next = m.on_confirm(Instant::now(), found);
+                if let (Some((acked, wanted)), Step::Sleep(_)) = (short, &next) {
+                    // A waiting caller would otherwise see nothing while this repeats.
+                    let (key, owner) = shell.renewer().subject();
+                    tracing::warn!(
+                        key = %key,
+                        owner = %owner,
+                        acked,
+                        wanted,
+                        "the grant on {key} reached {acked} of {wanted} replica(s); \
+                         it was released, asking again"
+                    );
+                }
+                next
             }
             Step::Sleep(d) => {
                 tokio::time::sleep(d).await;
@@ -108,8 +126,19 @@ pub(crate) async fn drive(
     }
 }
 
-async fn send(shell: &impl Shell, wait: ServerWait) -> Result<Reply, Failure> {
-    let answer = send_acquire(shell.client(), shell.acquire_cmd(), wait, shell.renewer()).await;
+async fn send(
+    shell: &impl Shell,
+    wait: ServerWait,
+    deadline: Option<Instant>,
+) -> Result<Reply, Failure> {
+    let answer = send_acquire(
+        shell.client(),
+        shell.acquire_cmd(),
+        wait,
+        shell.renewer(),
+        deadline,
+    )
+    .await;
     match answer {
         Ok((Value::Nil, _)) => Ok(Reply::NotGranted),
         Ok((v, acked)) => reply::token(&v)
@@ -165,16 +194,31 @@ async fn confirm(shell: &impl Shell, g: Grant) -> Confirmation {
 /// hand-off is also followed by the owner's renewal, whose write makes sure that `WAIT`
 /// counts the grant. (Redis 7.0 counts a hand-off in the waiting client's offset by itself:
 /// `tests/replicas.rs` checks it; the renewal covers servers that may not.)
+///
+/// With a `deadline`, the wait for acknowledgements fits inside it: the server's `WAIT ms`
+/// for the grant is shortened by the acknowledgement wait, so that both end by the deadline.
 pub(crate) async fn send_acquire(
     client: &Client,
     mut cmd: Cmd,
     wait: ServerWait,
     renew: &Renewer,
+    deadline: Option<Instant>,
 ) -> redis::RedisResult<(Value, Option<u32>)> {
     let margin = client.command_timeout();
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let ack_wait = match (renew.acks, left) {
+        (Some(a), Some(l)) => a.timeout.min(l).max(Duration::from_millis(1)),
+        (Some(a), None) => a.timeout,
+        (None, _) => Duration::ZERO,
+    };
     let (blocking, limit) = match wait {
         ServerWait::Once => (false, Some(margin)),
         ServerWait::Ms(ms) => {
+            let ms = if renew.acks.is_some() && left.is_some() {
+                ms.saturating_sub(ack_wait.as_millis() as u64).max(1)
+            } else {
+                ms
+            };
             cmd.arg("WAIT").arg(ms);
             (true, Some(Duration::from_millis(ms) + margin))
         }
@@ -192,9 +236,9 @@ pub(crate) async fn send_acquire(
             if blocking {
                 pipe.add_command(renew.cmd.clone());
             }
-            pipe.add_command(a.wait_cmd(a.timeout));
+            pipe.add_command(a.wait_cmd(ack_wait));
             client
-                .pipe_dedicated(&pipe, limit.map(|l| l + a.timeout))
+                .pipe_dedicated(&pipe, limit.map(|l| l + ack_wait))
                 .await
                 .and_then(split_acked)
                 .map(|(v, n)| (v, Some(n)))

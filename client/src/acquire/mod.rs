@@ -209,6 +209,11 @@ impl Acquisition {
         (a, step)
     }
 
+    /// The caller's deadline, if it gave one.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     /// Whether an acquisition dropped now must release what it may have left behind.
     pub(crate) fn needs_cleanup(&self) -> bool {
         self.armed
@@ -226,6 +231,12 @@ impl Acquisition {
                 self.baseline = hold.map_or(0, |h| h.count);
                 self.backoff = Backoff::new(self.retry, now);
                 self.attempt(now)
+            }
+            Err(Failure::Transient { err, .. })
+                if self.wait == Wait::No && err.is_connection_refusal() =>
+            {
+                let e = self.backoff.give_up(now, err);
+                self.done(Outcome::Failed(e))
             }
             Err(Failure::Transient { err, .. }) => {
                 self.retry_or(now, After::Baseline, |a| a.backoff.give_up(now, err))
@@ -250,6 +261,17 @@ impl Acquisition {
             Ok(Reply::Granted { token, acked }) => {
                 let since = self.uncertain_since.unwrap_or(sent);
                 self.confirm(token, since, acked)
+            }
+            // A refused connection carried nothing, and a caller that does not wait wants an
+            // answer now, not one after the retry budget.
+            Err(Failure::Transient { err, .. })
+                if self.wait == Wait::No
+                    && err.is_connection_refusal()
+                    && self.uncertain_since.is_none() =>
+            {
+                self.armed = false;
+                let e = self.backoff.give_up(now, err);
+                self.done(Outcome::Failed(e))
             }
             Err(Failure::Transient { uncertain, err }) => {
                 if uncertain {
@@ -302,6 +324,15 @@ impl Acquisition {
                     }
                     None => self.attempt(now),
                 }
+            }
+            // Not waiting, and the server refuses connections: answer now. An earlier request
+            // may have been granted, so the clean-up stays armed (it releases in the
+            // background should the server come back).
+            Err(Failure::Transient { err, .. })
+                if self.wait == Wait::No && err.is_connection_refusal() =>
+            {
+                let e = self.backoff.give_up(now, err);
+                self.done(Outcome::Failed(e))
             }
             Err(Failure::Transient { err, .. }) => {
                 if self.last_error.is_some() {

@@ -254,9 +254,32 @@ fn sleeps_never_reach_past_the_deadline() {
 }
 
 #[test]
-fn without_a_deadline_the_retry_budget_ends_it() {
+fn a_refused_connection_ends_a_non_waiting_acquisition_at_once() {
     let t0 = Instant::now();
     let (mut a, _) = start(Wait::No, t0);
+    assert!(matches!(
+        a.on_reply(t0, Err(refused())),
+        Step::Done(Outcome::Failed(Error::Unavailable { attempts: 1, .. }))
+    ));
+    assert!(!a.needs_cleanup(), "a refused request carried nothing");
+    // After a lost reply the INFO read is refused too: answer now, the clean-up armed.
+    let (mut a, _) = start(Wait::No, t0);
+    assert!(matches!(a.on_reply(t0, Err(reset())), Step::Sleep(_)));
+    assert!(matches!(a.on_timeout(t0 + MS), Step::ReadInfo));
+    assert!(matches!(
+        a.on_info(t0 + 2 * MS, Err(refused())),
+        Step::Done(Outcome::Failed(Error::Unavailable { .. }))
+    ));
+    assert!(a.needs_cleanup(), "the lost reply may have been a grant");
+    // A waiting acquisition retries a refusal (a restart takes a moment).
+    let (mut a, _) = start(Wait::For(Duration::from_secs(5)), t0);
+    assert!(matches!(a.on_reply(t0, Err(refused())), Step::Sleep(_)));
+}
+
+#[test]
+fn without_a_deadline_the_retry_budget_ends_it() {
+    let t0 = Instant::now();
+    let (mut a, _) = start(Wait::Forever, t0);
     assert!(matches!(a.on_reply(t0, Err(refused())), Step::Sleep(_)));
     a.on_timeout(t0 + 10 * MS);
     assert!(matches!(

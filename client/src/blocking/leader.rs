@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, FromRedisValue};
-use tokio::runtime::Runtime;
 
+use super::Rt;
 use crate::error::Result;
 use crate::leader::{ElectionOptions, LeaderInfo, Leadership};
 
@@ -19,7 +19,7 @@ use crate::leader::{ElectionOptions, LeaderInfo, Leadership};
 /// ```
 #[derive(Clone, Debug)]
 pub struct LeaderElector {
-    pub(super) rt: Arc<Runtime>,
+    pub(super) rt: Arc<Rt>,
     pub(super) inner: crate::leader::LeaderElector,
 }
 
@@ -89,8 +89,9 @@ impl LeaderElector {
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
+#[must_use = "dropping an election stops its campaign and resigns"]
 pub struct Election {
-    pub(super) rt: Arc<Runtime>,
+    pub(super) rt: Arc<Rt>,
     pub(super) inner: Option<crate::leader::Election>,
 }
 
@@ -117,7 +118,9 @@ impl Election {
         self.e().leadership()
     }
 
-    /// Blocks until this candidate leads (answers the term) or `timeout` passes (answers `Ok(None)`).
+    /// Blocks until this candidate leads (answers the term) or `timeout` passes: `Ok(None)`,
+    /// or [`Error::NotReplicated`](crate::Error::NotReplicated) if this candidate was elected
+    /// but too few replicas acknowledged it (with `replicas` asked for).
     ///
     /// ```no_run
     /// # fn f(e: &redis_lease_client::blocking::Election) -> redis_lease_client::Result<()> {
@@ -126,7 +129,7 @@ impl Election {
     /// ```
     pub fn wait_leader(&self, timeout: Option<Duration>) -> Result<Option<u64>> {
         let fut = self.e().wait_leader();
-        self.rt.block_on(async {
+        let elected = self.rt.run(async {
             match timeout {
                 Some(t) => match tokio::time::timeout(t, fut).await {
                     Ok(r) => r.map(Some),
@@ -134,11 +137,17 @@ impl Election {
                 },
                 None => fut.await.map(Some),
             }
-        })
+        })?;
+        match (elected, self.e().leadership().unreplicated) {
+            // Not in time because every election reached too few replicas: say so.
+            (None, Some((acked, wanted))) => Err(crate::Error::NotReplicated { acked, wanted }),
+            (elected, _) => Ok(elected),
+        }
     }
 
     /// Blocks until leadership is lost (or is not held), or `timeout` passes; answers whether
-    /// it was lost.
+    /// it was lost. Inside an async context it polls the leadership without the runtime (it
+    /// still blocks).
     ///
     /// ```no_run
     /// # fn f(e: &redis_lease_client::blocking::Election) {
@@ -148,8 +157,22 @@ impl Election {
     pub fn wait_lost(&self, timeout: Duration) -> bool {
         let lost = self.e().lost();
         let deadline = Instant::now() + timeout;
-        self.rt
+        match self
+            .rt
             .block_on(async { tokio::time::timeout_at(deadline.into(), lost).await.is_ok() })
+        {
+            Ok(lost) => lost,
+            Err(_) => loop {
+                if !self.e().is_leader() {
+                    return true;
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return false;
+                }
+                std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+            },
+        }
     }
 
     /// See [`crate::Election::exec`].
@@ -160,7 +183,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        self.rt.block_on(self.e().exec(cmd))
+        self.rt.run(self.e().exec(cmd))
     }
 
     /// Stops campaigning and resigns.
@@ -171,19 +194,20 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn resign(mut self) -> Result<bool> {
+        self.rt.check()?;
         let e = self.inner.take().expect("election");
-        self.rt.block_on(e.resign())
+        self.rt.run(e.resign())
     }
 }
 
 impl Drop for Election {
     fn drop(&mut self) {
         if let Some(e) = self.inner.take() {
-            if tokio::runtime::Handle::try_current().is_ok() {
+            if self.rt.check().is_err() {
                 let _enter = self.rt.enter();
                 drop(e);
             } else {
-                let _ = self.rt.block_on(e.resign());
+                let _ = self.rt.run(e.resign());
             }
         }
     }
@@ -201,7 +225,7 @@ impl Drop for Election {
 /// ```
 #[derive(Debug)]
 pub struct LeaderObserver {
-    pub(super) rt: Arc<Runtime>,
+    pub(super) rt: Arc<Rt>,
     pub(super) inner: crate::leader::LeaderObserver,
 }
 
@@ -225,7 +249,7 @@ impl LeaderObserver {
     /// ```
     pub fn next_change(&mut self, timeout: Duration) -> Result<Option<Option<LeaderInfo>>> {
         let inner = &mut self.inner;
-        self.rt.block_on(async {
+        self.rt.run(async {
             match tokio::time::timeout(timeout, inner.changed()).await {
                 Ok(r) => r.map(Some),
                 Err(_) => Ok(None),

@@ -3,12 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, FromRedisValue};
-use tokio::runtime::Runtime;
-
+use super::guard::{Guard, LockGuard};
+use super::Rt;
 use crate::acquire::Wait;
 use crate::error::Result;
-use crate::lease::status::{LeaseStatus, LossReason};
 use crate::lock::info::{LockInfo, LockMode};
 use crate::lock::options::LockOptions;
 
@@ -22,7 +20,7 @@ use crate::lock::options::LockOptions;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RwLock {
-    pub(super) rt: Arc<Runtime>,
+    pub(super) rt: Arc<Rt>,
     pub(super) inner: crate::lock::RwLock,
 }
 
@@ -76,10 +74,7 @@ impl RwLock {
     }
 
     fn wrap(&self, g: Option<crate::lock::guard::LockGuard>) -> Option<LockGuard> {
-        g.map(|g| LockGuard {
-            rt: self.rt.clone(),
-            inner: Some(g),
-        })
+        g.map(|g| Guard::new(self.rt.clone(), g))
     }
 
     /// Takes a read lock, waiting as long as it takes.
@@ -90,7 +85,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn read(&self) -> Result<LockGuard> {
-        let g = self.rt.block_on(self.inner.read())?;
+        let g = self.rt.run(self.inner.read())?;
         Ok(self.wrap(Some(g)).expect("guard"))
     }
 
@@ -102,7 +97,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn write(&self) -> Result<LockGuard> {
-        let g = self.rt.block_on(self.inner.write())?;
+        let g = self.rt.run(self.inner.write())?;
         Ok(self.wrap(Some(g)).expect("guard"))
     }
 
@@ -159,7 +154,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn acquire(&self, mode: LockMode, wait: Wait) -> Result<Option<LockGuard>> {
-        let g = self.rt.block_on(self.inner.acquire(mode, wait))?;
+        let g = self.rt.run(self.inner.acquire(mode, wait))?;
         Ok(self.wrap(g))
     }
 
@@ -171,158 +166,6 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn info(&self) -> Result<LockInfo> {
-        self.rt.block_on(self.inner.info())
-    }
-}
-
-/// Blocking [`crate::LockGuard`]. Dropping it releases the lock (blocking for the round trip),
-/// unless it is dropped inside an async context, where the release is spawned instead.
-///
-/// ```no_run
-/// # fn f(l: &redis_lease_client::blocking::RwLock) -> redis_lease_client::Result<()> {
-/// let g = l.write()?;
-/// g.check()?; // before each step of the protected work
-/// g.release()?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-pub struct LockGuard {
-    pub(super) rt: Arc<Runtime>,
-    pub(super) inner: Option<crate::lock::guard::LockGuard>,
-}
-
-impl LockGuard {
-    fn g(&self) -> &crate::lock::guard::LockGuard {
-        self.inner.as_ref().expect("guard present until release")
-    }
-
-    /// The fencing token.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) { let t = g.token(); }
-    /// ```
-    pub fn token(&self) -> u64 {
-        self.g().token()
-    }
-
-    /// The owner id.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) { println!("{}", g.owner()); }
-    /// ```
-    pub fn owner(&self) -> &str {
-        self.g().owner()
-    }
-
-    /// The mode held.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) { println!("{}", g.mode()); }
-    /// ```
-    pub fn mode(&self) -> LockMode {
-        self.g().mode()
-    }
-
-    /// See [`crate::LockGuard::exec`].
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) -> redis_lease_client::Result<()> {
-    /// let n: i64 = g.exec(redis::cmd("INCR").arg("{k}:n"))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        self.rt.block_on(self.g().exec(cmd))
-    }
-
-    /// See [`crate::LockGuard::upgrade`].
-    ///
-    /// ```no_run
-    /// # fn f(mut g: redis_lease_client::blocking::LockGuard) -> redis_lease_client::Result<()> {
-    /// let upgraded = g.upgrade(redis_lease_client::Wait::No)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn upgrade(&mut self, wait: Wait) -> Result<bool> {
-        let rt = self.rt.clone();
-        let g = self.inner.as_mut().expect("guard present until release");
-        rt.block_on(g.upgrade(wait))
-    }
-
-    /// See [`crate::LockGuard::downgrade`].
-    ///
-    /// ```no_run
-    /// # fn f(mut g: redis_lease_client::blocking::LockGuard) -> redis_lease_client::Result<()> {
-    /// g.downgrade()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn downgrade(&mut self) -> Result<()> {
-        let rt = self.rt.clone();
-        let g = self.inner.as_mut().expect("guard present until release");
-        rt.block_on(g.downgrade())
-    }
-
-    /// The lease status.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) { println!("{:?}", g.status()); }
-    /// ```
-    pub fn status(&self) -> LeaseStatus {
-        self.g().status()
-    }
-
-    /// Whether the lease is certainly valid now.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) { assert!(g.is_held()); }
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.g().is_held()
-    }
-
-    /// `Ok(())` while held, [`crate::Error::LeaseLost`] after.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) -> redis_lease_client::Result<()> { g.check() }
-    /// ```
-    pub fn check(&self) -> Result<()> {
-        self.g().check()
-    }
-
-    /// Blocks until the lease is lost or `timeout` passes; answers the reason if lost.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::LockGuard) {
-    /// if let Some(reason) = g.wait_lost(std::time::Duration::from_secs(1)) { eprintln!("{reason}"); }
-    /// # }
-    /// ```
-    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
-        let lost = self.g().lost();
-        self.rt
-            .block_on(async { tokio::time::timeout(timeout, lost).await.ok() })
-    }
-
-    /// Stops renewing and releases the hold.
-    ///
-    /// ```no_run
-    /// # fn f(g: redis_lease_client::blocking::LockGuard) -> redis_lease_client::Result<()> {
-    /// g.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn release(mut self) -> Result<bool> {
-        let g = self.inner.take().expect("guard");
-        self.rt.block_on(g.release())
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(g) = self.inner.take() {
-            if tokio::runtime::Handle::try_current().is_ok() {
-                // Inside an async context: the async guard spawns its release.
-                let _enter = self.rt.enter();
-                drop(g);
-            } else {
-                let _ = self.rt.block_on(g.release());
-            }
-        }
+        self.rt.run(self.inner.info())
     }
 }

@@ -3,12 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, FromRedisValue};
-use tokio::runtime::Runtime;
-
+use super::guard::{Guard, SemaphoreGuard};
+use super::Rt;
 use crate::acquire::Wait;
 use crate::error::Result;
-use crate::lease::status::{LeaseStatus, LossReason};
 use crate::lock::options::LockOptions;
 use crate::semaphore::info::SemaphoreInfo;
 
@@ -22,7 +20,7 @@ use crate::semaphore::info::SemaphoreInfo;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Semaphore {
-    pub(super) rt: Arc<Runtime>,
+    pub(super) rt: Arc<Rt>,
     pub(super) inner: crate::semaphore::Semaphore,
 }
 
@@ -70,21 +68,18 @@ impl Semaphore {
     }
 
     fn wrap(&self, g: crate::semaphore::guard::SemaphoreGuard) -> SemaphoreGuard {
-        SemaphoreGuard {
-            rt: self.rt.clone(),
-            inner: Some(g),
-        }
+        Guard::new(self.rt.clone(), g)
     }
 
     /// Takes `permits` permits, waiting as long as it takes.
     ///
     /// ```no_run
     /// # fn f(s: &redis_lease_client::blocking::Semaphore) -> redis_lease_client::Result<()> {
-    /// let g = s.acquire(1)?;
+    /// let g = s.take(1)?;
     /// # Ok(()) }
     /// ```
-    pub fn acquire(&self, permits: u32) -> Result<SemaphoreGuard> {
-        let g = self.rt.block_on(self.inner.acquire(permits))?;
+    pub fn take(&self, permits: u32) -> Result<SemaphoreGuard> {
+        let g = self.rt.run(self.inner.take(permits))?;
         Ok(self.wrap(g))
     }
 
@@ -96,7 +91,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire(&self, permits: u32) -> Result<Option<SemaphoreGuard>> {
-        self.acquire_with(permits, Wait::No)
+        self.acquire(permits, Wait::No)
     }
 
     /// Takes `permits` permits, waiting at most `wait`.
@@ -107,19 +102,25 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn acquire_timeout(&self, permits: u32, wait: Duration) -> Result<Option<SemaphoreGuard>> {
-        self.acquire_with(permits, Wait::For(wait))
+        self.acquire(permits, Wait::For(wait))
     }
 
-    /// See [`crate::Semaphore::acquire_with`].
+    /// See [`crate::Semaphore::acquire`].
     ///
     /// ```no_run
     /// # fn f(s: &redis_lease_client::blocking::Semaphore) -> redis_lease_client::Result<()> {
-    /// let g = s.acquire_with(1, redis_lease_client::Wait::No)?;
+    /// let g = s.acquire(1, redis_lease_client::Wait::No)?;
     /// # Ok(()) }
     /// ```
-    pub fn acquire_with(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
-        let g = self.rt.block_on(self.inner.acquire_with(permits, wait))?;
+    pub fn acquire(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
+        let g = self.rt.run(self.inner.acquire(permits, wait))?;
         Ok(g.map(|g| self.wrap(g)))
+    }
+
+    /// The earlier name of [`Semaphore::acquire`], kept for code written against it.
+    #[doc(hidden)]
+    pub fn acquire_with(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
+        self.acquire(permits, wait)
     }
 
     /// See [`crate::Semaphore::info`].
@@ -130,131 +131,6 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn info(&self) -> Result<SemaphoreInfo> {
-        self.rt.block_on(self.inner.info())
-    }
-}
-
-/// Blocking [`crate::SemaphoreGuard`]. Dropping it releases the permits (blocking for the
-/// round trip), unless it is dropped inside an async context, where the release is spawned.
-///
-/// ```no_run
-/// # fn f(s: &redis_lease_client::blocking::Semaphore) -> redis_lease_client::Result<()> {
-/// let g = s.acquire(2)?;
-/// g.check()?;
-/// g.release()?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-pub struct SemaphoreGuard {
-    pub(super) rt: Arc<Runtime>,
-    pub(super) inner: Option<crate::semaphore::guard::SemaphoreGuard>,
-}
-
-impl SemaphoreGuard {
-    fn g(&self) -> &crate::semaphore::guard::SemaphoreGuard {
-        self.inner.as_ref().expect("guard present until release")
-    }
-
-    /// The fencing token.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) { let t = g.token(); }
-    /// ```
-    pub fn token(&self) -> u64 {
-        self.g().token()
-    }
-
-    /// The owner id.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) { println!("{}", g.owner()); }
-    /// ```
-    pub fn owner(&self) -> &str {
-        self.g().owner()
-    }
-
-    /// How many permits this hold takes.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) { println!("{}", g.permits()); }
-    /// ```
-    pub fn permits(&self) -> u32 {
-        self.g().permits()
-    }
-
-    /// The lease status.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) { println!("{:?}", g.status()); }
-    /// ```
-    pub fn status(&self) -> LeaseStatus {
-        self.g().status()
-    }
-
-    /// Whether the lease is certainly valid now.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) { assert!(g.is_held()); }
-    /// ```
-    pub fn is_held(&self) -> bool {
-        self.g().is_held()
-    }
-
-    /// `Ok(())` while held, [`crate::Error::LeaseLost`] after.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) -> redis_lease_client::Result<()> { g.check() }
-    /// ```
-    pub fn check(&self) -> Result<()> {
-        self.g().check()
-    }
-
-    /// Blocks until the lease is lost or `timeout` passes; answers the reason if lost.
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) {
-    /// if let Some(reason) = g.wait_lost(std::time::Duration::from_secs(1)) { eprintln!("{reason}"); }
-    /// # }
-    /// ```
-    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
-        let lost = self.g().lost();
-        self.rt
-            .block_on(async { tokio::time::timeout(timeout, lost).await.ok() })
-    }
-
-    /// See [`crate::SemaphoreGuard::exec`].
-    ///
-    /// ```no_run
-    /// # fn f(g: &redis_lease_client::blocking::SemaphoreGuard) -> redis_lease_client::Result<()> {
-    /// let n: i64 = g.exec(redis::cmd("INCR").arg("{k}:n"))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        self.rt.block_on(self.g().exec(cmd))
-    }
-
-    /// Stops renewing and releases the permits.
-    ///
-    /// ```no_run
-    /// # fn f(g: redis_lease_client::blocking::SemaphoreGuard) -> redis_lease_client::Result<()> {
-    /// g.release()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn release(mut self) -> Result<bool> {
-        let g = self.inner.take().expect("guard");
-        self.rt.block_on(g.release())
-    }
-}
-
-impl Drop for SemaphoreGuard {
-    fn drop(&mut self) {
-        if let Some(g) = self.inner.take() {
-            if tokio::runtime::Handle::try_current().is_ok() {
-                let _enter = self.rt.enter();
-                drop(g);
-            } else {
-                let _ = self.rt.block_on(g.release());
-            }
-        }
+        self.rt.run(self.inner.info())
     }
 }

@@ -19,13 +19,19 @@ use redis::{
 };
 use tokio::sync::watch;
 
+use crate::connection::cleanup::Cleanups;
 use crate::connection::sentinel_url;
 use crate::error::{Error, InvalidArgument, Result};
+use crate::lease::LeaseTiming;
 use crate::reply;
 use crate::retry::{classify, Backoff, Failure, RetryPolicy};
 
 /// How many idle dedicated connections (for blocking `WAIT` requests) are kept for reuse.
 const MAX_IDLE_DEDICATED: usize = 8;
+
+/// The least time a renewal gets before the lease's bound (a loaded machine's scheduling
+/// delays alone can take a few milliseconds).
+pub(crate) const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
 
 /// How soon after one lookup of the master another may ask the sentinels again.
 const SENTINEL_LOOKUP_GAP: Duration = Duration::from_millis(50);
@@ -82,6 +88,10 @@ struct Inner {
     backend: Backend,
     /// Idle dedicated connections, with the generation of the master they lead to.
     idle: Mutex<Vec<(u64, Dedicated)>>,
+    /// Releases and resignations running in the background.
+    cleanups: Arc<Cleanups>,
+    /// The round trip of a `PING` measured when the client connected, in ns (0: unknown).
+    round_trip_ns: std::sync::atomic::AtomicU64,
 }
 
 // One per `Client`, behind an `Arc`: the size difference does not matter.
@@ -190,6 +200,23 @@ fn suggests_failover(e: &RedisError) -> bool {
         || matches!(e.code(), Some("UNBLOCKED" | "READONLY" | "MASTERDOWN"))
 }
 
+/// `e` with `addr` in its text if it is an I/O error that does not name it yet.
+fn located(e: RedisError, addr: &str) -> RedisError {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let io = std::error::Error::source(&e).and_then(|s| {
+        s.downcast_ref::<std::io::Error>().or_else(|| {
+            s.downcast_ref::<Shared>()
+                .and_then(|a| a.downcast_ref::<std::io::Error>())
+        })
+    });
+    match io {
+        Some(io) if !io.to_string().contains(addr) => {
+            std::io::Error::new(io.kind(), format!("{addr}: {io}")).into()
+        }
+        _ => e,
+    }
+}
+
 impl Client {
     /// The default for [`Client::command_timeout`]: 2 seconds.
     ///
@@ -257,8 +284,13 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn from_redis(client: redis::Client) -> Result<Client> {
-        let shared = ConnectionManager::new_with_config(client.clone(), manager_config()).await?;
-        Ok(Client::from_manager(client, shared))
+        let addr = client.get_connection_info().addr().to_string();
+        let shared = ConnectionManager::new_with_config(client.clone(), manager_config())
+            .await
+            .map_err(|e| located(e, &addr))?;
+        let c = Client::from_manager(client, shared);
+        c.measure_round_trip().await;
+        Ok(c)
     }
 
     /// Uses an existing [`ConnectionManager`] for short requests; `client` (the one the manager
@@ -335,6 +367,7 @@ impl Client {
         if let Backend::Sentinel(g) = &client.inner.backend {
             *g.follower.lock().unwrap_or_else(|e| e.into_inner()) = Some(follower);
         }
+        client.measure_round_trip().await;
         Ok(client)
     }
 
@@ -362,11 +395,75 @@ impl Client {
         let template = infos.first().cloned().ok_or(InvalidArgument::NoNodes)?;
         let client = ClusterClient::builder(infos).build()?;
         let shared = client.get_async_connection().await?;
-        Ok(Client::with_backend(Backend::Cluster {
+        let c = Client::with_backend(Backend::Cluster {
             client,
             shared,
             template: Box::new(template),
-        }))
+        });
+        c.measure_round_trip().await;
+        Ok(c)
+    }
+
+    /// Times a `PING` on the shared connection: the fastest of three, the connection's own
+    /// round trip (a slower one was the machine's scheduling, not the connection).
+    async fn measure_round_trip(&self) {
+        let mut fastest = Duration::MAX;
+        for _ in 0..3 {
+            let t = Instant::now();
+            if self
+                .query_within(&redis::cmd("PING"), self.command_timeout)
+                .await
+                .is_err()
+            {
+                return;
+            }
+            fastest = fastest.min(t.elapsed());
+        }
+        let ns = u64::try_from(fastest.as_nanos()).unwrap_or(u64::MAX);
+        self.inner
+            .round_trip_ns
+            .store(ns.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The round trip of a request to the server, as measured when the client connected
+    /// (the fastest of three `PING`s); `None` if it was not measured ([`Client::from_manager`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// println!("{:?}", client.round_trip());
+    /// # }
+    /// ```
+    pub fn round_trip(&self) -> Option<Duration> {
+        match self
+            .inner
+            .round_trip_ns
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Refuses a lease timing whose renewals could not keep up on this connection: a
+    /// renewal, sent a renewal period after the last one, must be answered before the
+    /// lease's bound, so that window must hold [`MIN_RENEW_WINDOW`] and four round trips.
+    pub(crate) fn check_timing(&self, timing: &LeaseTiming) -> Result<()> {
+        let window = timing
+            .ttl()
+            .saturating_sub(timing.margin())
+            .saturating_sub(timing.renew_every());
+        let rtt = self.round_trip().unwrap_or(Duration::ZERO);
+        let need = MIN_RENEW_WINDOW.max(rtt * 4);
+        if window < need {
+            return Err(InvalidArgument::TtlTooShort {
+                ttl: timing.ttl(),
+                window,
+                need,
+                round_trip: rtt,
+            }
+            .into());
+        }
+        Ok(())
     }
 
     fn with_backend(backend: Backend) -> Client {
@@ -374,9 +471,50 @@ impl Client {
             inner: Arc::new(Inner {
                 backend,
                 idle: Mutex::new(Vec::new()),
+                cleanups: Cleanups::new(),
+                round_trip_ns: std::sync::atomic::AtomicU64::new(0),
             }),
             command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
         }
+    }
+
+    /// Runs a clean-up (a release, a resignation) in the background: on the current runtime,
+    /// or outside any on the one this client was made on. Answers false if there is none.
+    pub(crate) fn spawn_cleanup(
+        &self,
+        f: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> bool {
+        self.inner.cleanups.spawn(f)
+    }
+
+    /// Runs a watcher in the background (not counted by [`Client::settle`]).
+    pub(crate) fn spawn_task(
+        &self,
+        f: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> bool {
+        self.inner.cleanups.spawn_task(f)
+    }
+
+    /// Waits until the clean-ups this client runs in the background have ended, at most
+    /// `within`; answers whether they all did. They are the releases of dropped guards, the
+    /// resignations of dropped elections, and the releases of acquisitions cancelled while
+    /// their outcome was unknown (a `select!` or timeout that dropped `lock.write()` after the
+    /// request was sent). A program about to exit right after such a drop calls it, so that
+    /// the releases are sent before the runtime stops (else those holds lapse after their ttl).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_lease_client::Client) {
+    /// use std::time::Duration;
+    /// let lock = client.rwlock("jobs");
+    /// tokio::select! {
+    ///     _ = lock.write() => {}
+    ///     _ = tokio::time::sleep(Duration::from_secs(1)) => {} // dropped: its clean-up starts
+    /// }
+    /// client.settle(Duration::from_secs(2)).await;
+    /// # }
+    /// ```
+    pub async fn settle(&self, within: Duration) -> bool {
+        self.inner.cleanups.settle(within).await
     }
 
     /// The time limit of one short request (and the margin added to a waiting request's wait).
@@ -440,7 +578,9 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn query(&self, cmd: &Cmd) -> Result<Value> {
-        Ok(self.query_within(cmd, self.command_timeout).await?)
+        self.query_within(cmd, self.command_timeout)
+            .await
+            .map_err(crate::retry::refusal)
     }
 
     /// A short request with retries of transient failures until `deadline` (or the budget).
@@ -508,7 +648,7 @@ impl Client {
             self.after_failure(e, master.map_or(0, |m| m.generation))
                 .await;
         }
-        result
+        result.map_err(|e| self.located(e))
     }
 
     /// A request that may wait inside the server, on a connection of its own. `limit`: how long
@@ -562,7 +702,7 @@ impl Client {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => {
                         self.after_failure(&e, generation).await;
-                        return Err(e);
+                        return Err(self.located(e));
                     }
                     Err(_) => {
                         // Nothing was sent yet: report it like a refused connection.
@@ -572,7 +712,7 @@ impl Client {
                         )
                         .into();
                         self.after_failure(&e, generation).await;
-                        return Err(e);
+                        return Err(self.located(e));
                     }
                 }
             }
@@ -615,7 +755,16 @@ impl Client {
         if let Err(e) = &result {
             self.after_failure(e, generation).await;
         }
-        result
+        result.map_err(|e| self.located(e))
+    }
+
+    /// A connection failure with the server's address in its text ("127.0.0.1:6379:
+    /// Connection refused"), its kind kept (so a refusal is still known as one).
+    pub(crate) fn located(&self, e: RedisError) -> RedisError {
+        let Some(addr) = self.master_addr() else {
+            return e;
+        };
+        located(e, &addr.to_string())
     }
 
     async fn connect_dedicated(&self) -> RedisResult<Dedicated> {
@@ -822,5 +971,28 @@ async fn follow_switches(
             return;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod located_tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_gets_the_address_and_keeps_its_kind() {
+        let e: RedisError =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused").into();
+        let l = located(e, "127.0.0.1:1");
+        assert!(l.is_connection_refusal(), "{l:?}");
+        assert!(
+            l.to_string().contains("127.0.0.1:1: Connection refused"),
+            "{l}"
+        );
+        // Once only, and never on a server's error reply.
+        assert_eq!(located(l.clone(), "127.0.0.1:1").to_string(), l.to_string());
+        let reply = crate::retry::tests::reply_error("ERR nope");
+        assert!(!located(reply, "127.0.0.1:1")
+            .to_string()
+            .contains("127.0.0.1"));
     }
 }

@@ -27,6 +27,10 @@ pub struct Leadership {
     pub valid_until: Option<Instant>,
     /// Set when the campaign stopped on a permanent error (for example a WRONGTYPE key).
     pub error: Option<CampaignError>,
+    /// While campaigning: why the last election of this candidate did not count, if it was
+    /// granted but reached too few replicas (`(acked, wanted)`, with
+    /// [`ElectionOptions::replicas`](crate::ElectionOptions::replicas)). The campaign goes on.
+    pub unreplicated: Option<(u32, u32)>,
 }
 
 /// A running campaign (see [`LeaderElector::start`]).
@@ -41,6 +45,7 @@ pub struct Leadership {
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
+#[must_use = "dropping an election stops its campaign and resigns"]
 pub struct Election {
     pub(super) rx: watch::Receiver<Leadership>,
     /// A term `exec` found fenced, for the campaign to step down from at once.
@@ -201,11 +206,9 @@ impl Drop for Election {
             return;
         };
         task.abort();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let e = self.elector.clone();
-            handle.spawn(async move {
-                let _ = resign(&e).await;
-            });
-        }
+        let e = self.elector.clone();
+        self.elector.client.spawn_cleanup(async move {
+            let _ = resign(&e).await;
+        });
     }
 }

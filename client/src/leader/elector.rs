@@ -207,6 +207,9 @@ async fn campaign_loop(
     let stop = |err: Error| {
         tx.send_modify(|l| l.error = Some(CampaignError::from_error(err)));
     };
+    if let Err(err) = e.client.check_timing(&timing) {
+        return stop(err);
+    }
     let mut backoff = Backoff::new_now(e.opts.retry);
     loop {
         let mut cmd = redis::cmd("LEADER.CAMPAIGN")
@@ -221,6 +224,7 @@ async fn campaign_loop(
             cmd,
             ServerWait::Ms(wait.as_millis().max(1) as u64),
             &renew,
+            None,
         )
         .await;
         let (term, acked) = match answer {
@@ -250,6 +254,16 @@ async fn campaign_loop(
         if let (Some(a), Some(n)) = (renew.acks, acked) {
             if n < a.replicas {
                 // Leading on this server, but a failover could lose it: step down, try again.
+                tracing::warn!(
+                    key = %e.key,
+                    candidate = %e.candidate,
+                    acked = n,
+                    wanted = a.replicas,
+                    "the election on {} reached {n} of {} replica(s); resigned, campaigning again",
+                    e.key,
+                    a.replicas
+                );
+                tx.send_modify(|l| l.unreplicated = Some((n, a.replicas)));
                 let _ = resign(e).await;
                 e.client.suspect_master().await;
                 let d = backoff
@@ -269,7 +283,9 @@ async fn campaign_loop(
             match renew_once(&e.client, &renew, until, e.opts.retry).await {
                 Renewal::Renewed(at) => last_sent = at,
                 Renewal::Lost(_) => continue,
-                Renewal::Unreplicated { .. } => {
+                Renewal::Unreplicated { acked } => {
+                    let wanted = renew.acks.map_or(0, |a| a.replicas);
+                    tx.send_modify(|l| l.unreplicated = Some((acked, wanted)));
                     let _ = resign(e).await;
                     continue;
                 }
@@ -281,6 +297,7 @@ async fn campaign_loop(
             term: Some(term),
             valid_until: Some(valid_until),
             error: None,
+            unreplicated: None,
         });
         let (ltx, mut lrx) = watch::channel(LeaseStatus::Held { valid_until });
         let dog = lease::watchdog(

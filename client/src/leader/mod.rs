@@ -2,11 +2,13 @@
 
 mod election;
 mod elector;
+mod info;
 mod observer;
 mod options;
 
 pub use election::{Election, Leadership};
 pub use elector::LeaderElector;
+pub use info::ElectionInfo;
 pub use observer::{LeaderInfo, LeaderObserver, ObserverOptions};
 pub use options::ElectionOptions;
 

@@ -86,14 +86,63 @@ impl Lease {
         }
     }
 
-    /// Stops the watchdog; answers whether it was still running (false once stopped before).
+    /// Stops the watchdog and marks the lease released (unless it was lost before); answers
+    /// whether the watchdog was still running (false once stopped before).
     pub(crate) fn stop(&mut self) -> bool {
-        match self.watchdog.take() {
+        let running = match self.watchdog.take() {
             Some(w) => {
                 w.abort();
                 true
             }
             None => false,
+        };
+        self.tx.send_if_modified(|s| match s {
+            LeaseStatus::Held { .. } => {
+                *s = LeaseStatus::Released;
+                true
+            }
+            _ => false,
+        });
+        running
+    }
+
+    /// Calls `f` from a background task (on `client`'s runtime) when the lease is lost: at
+    /// once if it is already, never if it is released (or the guard dropped) first. The
+    /// local bound counts, as for [`Lease::status`]: a watchdog too late to say so still
+    /// makes the lease lost when its bound passes.
+    pub(crate) fn on_lost(&self, client: &Client, f: impl FnOnce(LossReason) + Send + 'static) {
+        let mut rx = self.status.clone();
+        let watcher = async move {
+            loop {
+                let status = *rx.borrow_and_update();
+                match status {
+                    LeaseStatus::Lost(r) => return f(r),
+                    LeaseStatus::Released => return,
+                    LeaseStatus::Held { valid_until } => {
+                        tokio::select! {
+                            changed = rx.changed() => {
+                                if changed.is_err() {
+                                    return; // the guard is gone: released or dropped
+                                }
+                            }
+                            _ = tokio::time::sleep_until(valid_until.into()) => {
+                                let late = matches!(
+                                    *rx.borrow(),
+                                    LeaseStatus::Held { valid_until: v } if v <= Instant::now()
+                                );
+                                if late {
+                                    return f(LossReason::Expired);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        if !client.spawn_task(watcher) {
+            tracing::warn!(
+                "on_lost: no tokio runtime to watch the lease on; the callback will not run"
+            );
         }
     }
 

@@ -93,13 +93,11 @@ impl Drop for InflightCleanup {
         if !self.armed {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            let cmd = std::mem::replace(&mut self.release, Cmd::new());
-            let how = self.how;
-            handle.spawn(async move {
-                let _ = give_back(&client, &cmd, RetryPolicy::default(), how).await;
-            });
-        }
+        let client = self.client.clone();
+        let cmd = std::mem::replace(&mut self.release, Cmd::new());
+        let how = self.how;
+        self.client.spawn_cleanup(async move {
+            let _ = give_back(&client, &cmd, RetryPolicy::default(), how).await;
+        });
     }
 }

@@ -57,6 +57,20 @@ pub(crate) struct Renewer {
     pub expect: Option<i64>,
 }
 
+impl Renewer {
+    /// The key and the owner (or candidate) this renewal is for: its first two arguments.
+    pub(crate) fn subject(&self) -> (String, String) {
+        let mut args = self.cmd.args_iter().skip(1).filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        });
+        (
+            args.next().unwrap_or_default(),
+            args.next().unwrap_or_default(),
+        )
+    }
+}
+
 /// Outcome of one renewal with retries.
 #[derive(Debug)]
 pub(crate) enum Renewal {
@@ -120,20 +134,43 @@ pub(crate) async fn renew_once(
                 (Some(a), Some(n)) if n < a.replicas => {
                     // Held on this server, but a failover could lose the renewal: it does not
                     // count. Perhaps this server is not the master any more.
+                    let (key, owner) = renew.subject();
+                    tracing::warn!(
+                        key = %key,
+                        owner = %owner,
+                        acked = n,
+                        wanted = a.replicas,
+                        "the renewal of the lease on {key} reached {n} of {} replica(s); \
+                         retrying until its bound",
+                        a.replicas
+                    );
                     short = Some(n);
                     client.suspect_master().await;
                 }
                 _ => return Renewal::Renewed(now),
             },
-            Ok(_) => return Renewal::Lost(LossReason::Failed),
+            Ok(v) => {
+                let (key, owner) = renew.subject();
+                tracing::warn!(key = %key, owner = %owner, "the renewal of the lease on {key} answered {v:?}");
+                return Renewal::Lost(LossReason::Failed);
+            }
             Err(e) => {
                 if e.code() == Some("MAXHOLD") {
                     // The hold's cap: no renewal can make it last longer.
                     return Renewal::Lost(LossReason::MaxHold);
                 }
+                let (key, owner) = renew.subject();
+                let text = e.to_string();
                 if let Failure::Fatal(_) = classify(e) {
+                    tracing::warn!(key = %key, owner = %owner, error = %text, "the renewal of the lease on {key} failed: {text}");
                     return Renewal::Lost(LossReason::Failed);
                 }
+                tracing::warn!(
+                    key = %key,
+                    owner = %owner,
+                    error = %text,
+                    "the renewal of the lease on {key} failed: {text}; retrying until its bound"
+                );
             }
         }
         if let Some(d) = backoff.next_delay_now(Some(stop)) {
@@ -176,13 +213,17 @@ pub(crate) async fn watchdog(
             Renewal::Unreplicated { .. } => break LossReason::NotReplicated,
         }
     };
-    tx.send_if_modified(|s| match s {
+    let published = tx.send_if_modified(|s| match s {
         LeaseStatus::Held { .. } => {
             *s = LeaseStatus::Lost(reason);
             true
         }
         _ => false,
     });
+    if published {
+        let (key, owner) = renew.subject();
+        tracing::warn!(key = %key, owner = %owner, reason = %reason, "the lease on {key} was lost: {reason}");
+    }
     reason
 }
 

@@ -20,8 +20,9 @@ use crate::lock::key::LockKey;
 /// the guard lives.
 ///
 /// Release it with [`LockGuard::release`]. Dropping it releases it too, as a best effort: the
-/// `RWLOCK.UNLOCK` is spawned on the current tokio runtime (if there is none, the lease simply
-/// lapses after its ttl).
+/// `RWLOCK.UNLOCK` is spawned on the current tokio runtime, or, dropped outside any runtime,
+/// on the one the client was made on (while it runs; else the lease lapses after its ttl).
+/// [`Client::settle`](crate::Client::settle) waits for such releases.
 ///
 /// Watch for loss with [`LockGuard::lost`] or [`LockGuard::status_watch`]: the guard signals
 /// it as soon as a renewal fails definitively, or when the local validity bound passes (the
@@ -42,6 +43,26 @@ use crate::lock::key::LockKey;
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
+///
+/// A guard that is not kept is released at once, so an unused one is a warning, as for std's
+/// `MutexGuard`:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// async fn f(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+///     lock.write().await?; // the guard is dropped here: warning (an error under this deny)
+///     Ok(())
+/// }
+/// ```
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// async fn f(lock: redis_lease_client::RwLock) -> redis_lease_client::Result<()> {
+///     let _guard = lock.write().await?; // held until the end of the scope
+///     Ok(())
+/// }
+/// ```
+#[must_use = "dropping a guard releases it at once"]
 pub struct LockGuard {
     /// The lock's key and options.
     lock: LockKey,
@@ -189,6 +210,19 @@ impl LockGuard {
     /// ```
     pub fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
         self.lease.lost()
+    }
+
+    /// Calls `f` once, from a background task, when the lease is lost (at once if it already
+    /// is), with the reason; never if the guard is released or dropped first. Register as
+    /// many as needed.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::LockGuard) {
+    /// g.on_lost(|reason| eprintln!("stop writing: the lease was lost ({reason})"));
+    /// # }
+    /// ```
+    pub fn on_lost(&self, f: impl FnOnce(LossReason) + Send + 'static) {
+        self.lease.on_lost(&self.lock.client, f);
     }
 
     /// Runs `cmd` inside Redis only while this guard's **write** hold is live, atomically
@@ -349,13 +383,13 @@ impl Drop for LockGuard {
         if !self.lease.stop() {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let lock = self.lock.clone();
-            let owner = std::mem::take(&mut self.owner);
-            let how = self.how();
-            handle.spawn(async move {
-                let _ = lock.unlock(&owner, how).await;
-            });
-        }
+        let lock = self.lock.clone();
+        let owner = std::mem::take(&mut self.owner);
+        let how = self.how();
+        self.lock.client.spawn_cleanup(async move {
+            let _ = lock.unlock(&owner, how).await;
+        });
     }
 }
+
+crate::guard::impl_guard!(LockGuard);

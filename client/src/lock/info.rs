@@ -77,6 +77,8 @@ pub struct LockInfo {
     pub mode: Option<LockMode>,
     /// The current holders.
     pub holders: Vec<Holder>,
+    /// The waiting requests, in queue order (at most 100: `waiters` counts them all).
+    pub queue: Vec<crate::Waiting>,
     /// How many requests wait.
     pub waiters: u64,
     /// The last token handed out (0 if none yet).
@@ -99,6 +101,7 @@ impl LockInfo {
                     };
                 }
                 "waiters" => info.waiters = reply::int(&v).unwrap_or(0).max(0) as u64,
+                "queue" => info.queue = crate::queue_info::parse(v, "RWLOCK.INFO")?,
                 "token" => info.token = reply::int(&v).unwrap_or(0).max(0) as u64,
                 "holders" => {
                     for h in reply::array(v).ok_or_else(|| bad("holders"))? {

@@ -152,7 +152,7 @@ impl MultiLock {
                 cmd.arg("READ");
             }
             self.opts.add_max_hold(&mut cmd);
-            match send_acquire(&self.client, cmd, server_wait, &renew).await {
+            match send_acquire(&self.client, cmd, server_wait, &renew, deadline).await {
                 Ok((Value::Nil, _)) => return Ok(None),
                 Ok((Value::Array(tokens), _)) => {
                     let tokens: Vec<u64> = tokens

@@ -17,8 +17,9 @@ use crate::semaphore::key::SemaphoreKey;
 /// lives, exactly as a [`LockGuard`](crate::LockGuard)'s.
 ///
 /// Release it with [`SemaphoreGuard::release`]. Dropping it releases it too, as a best
-/// effort: the `SEMAPHORE.RELEASE` is spawned on the current tokio runtime (if there is none,
-/// the lease simply lapses after its ttl).
+/// effort: the `SEMAPHORE.RELEASE` is spawned on the current tokio runtime, or, dropped
+/// outside any runtime, on the one the client was made on (while it runs; else the lease lapses
+/// after its ttl).
 ///
 /// Watch for loss with [`SemaphoreGuard::lost`] or [`SemaphoreGuard::status_watch`]: the
 /// guard signals it as soon as a renewal fails definitively, or when the local validity bound
@@ -26,7 +27,7 @@ use crate::semaphore::key::SemaphoreKey;
 ///
 /// ```no_run
 /// # async fn demo(sem: redis_lease_client::Semaphore) -> redis_lease_client::Result<()> {
-/// let guard = sem.acquire(1).await?;
+/// let guard = sem.take(1).await?;
 /// tokio::select! {
 ///     reason = guard.lost() => eprintln!("lost the permits: {reason}"),
 ///     _ = tokio::time::sleep(std::time::Duration::from_secs(30)) => {}
@@ -34,6 +35,7 @@ use crate::semaphore::key::SemaphoreKey;
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
+#[must_use = "dropping a guard releases it at once"]
 pub struct SemaphoreGuard {
     /// The semaphore's key, limit and options.
     sem: SemaphoreKey,
@@ -166,6 +168,19 @@ impl SemaphoreGuard {
         self.lease.lost()
     }
 
+    /// Calls `f` once, from a background task, when the lease is lost (at once if it already
+    /// is), with the reason; never if the guard is released or dropped first. Register as
+    /// many as needed.
+    ///
+    /// ```no_run
+    /// # fn f(g: &redis_lease_client::SemaphoreGuard) {
+    /// g.on_lost(|reason| eprintln!("stop writing: the lease was lost ({reason})"));
+    /// # }
+    /// ```
+    pub fn on_lost(&self, f: impl FnOnce(LossReason) + Send + 'static) {
+        self.lease.on_lost(&self.sem.client, f);
+    }
+
     /// Runs `cmd` inside Redis only while this hold is live, atomically with the check
     /// (`LEASE.EXEC key token cmd...`), and answers its reply; see
     /// [`LockGuard::exec`](crate::LockGuard::exec). A `FENCED` answer is [`Error::Fenced`] and
@@ -208,12 +223,12 @@ impl Drop for SemaphoreGuard {
         if !self.lease.stop() {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let sem = self.sem.clone();
-            let owner = std::mem::take(&mut self.owner);
-            handle.spawn(async move {
-                let _ = sem.release(&owner).await;
-            });
-        }
+        let sem = self.sem.clone();
+        let owner = std::mem::take(&mut self.owner);
+        self.sem.client.spawn_cleanup(async move {
+            let _ = sem.release(&owner).await;
+        });
     }
 }
+
+crate::guard::impl_guard!(SemaphoreGuard);

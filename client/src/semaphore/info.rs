@@ -40,6 +40,8 @@ pub struct SemaphoreInfo {
     pub used: u32,
     /// The current holders, in grant order.
     pub holders: Vec<SemaphoreHolder>,
+    /// The waiting requests, in queue order (at most 100: `waiters` counts them all).
+    pub queue: Vec<crate::Waiting>,
     /// How many requests wait.
     pub waiters: u64,
     /// The last token handed out (0 if none yet).
@@ -63,6 +65,7 @@ impl SemaphoreInfo {
                 "limit" => info.limit = small(&v),
                 "used" => info.used = small(&v),
                 "waiters" => info.waiters = count(&v),
+                "queue" => info.queue = crate::queue_info::parse(v, "SEMAPHORE.INFO")?,
                 "token" => info.token = count(&v),
                 "holders" => {
                     for h in reply::array(v).ok_or_else(|| bad("holders"))? {

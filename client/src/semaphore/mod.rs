@@ -44,7 +44,7 @@ const MAX_LIMIT: u32 = (1 << 31) - 1;
 ///
 /// let client = Client::open("redis://127.0.0.1/").await?;
 /// let api = client.semaphore("api-quota", 5).with_ttl(Duration::from_secs(10))?;
-/// let guard = api.acquire(2).await?;          // 2 of the 5 permits
+/// let guard = api.take(2).await?;          // 2 of the 5 permits
 /// println!("token {}", guard.token());
 /// guard.release().await?;
 /// # Ok(()) }
@@ -187,16 +187,17 @@ impl Semaphore {
         &self.sem.opts
     }
 
-    /// Takes `permits` permits, waiting as long as it takes.
+    /// Takes `permits` permits, waiting as long as it takes (as [`RwLock::write`](crate::RwLock::write)
+    /// does for a lock).
     ///
     /// ```no_run
     /// # async fn demo(sem: redis_lease_client::Semaphore) -> redis_lease_client::Result<()> {
-    /// let guard = sem.acquire(1).await?;
+    /// let guard = sem.take(1).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn acquire(&self, permits: u32) -> Result<SemaphoreGuard> {
+    pub async fn take(&self, permits: u32) -> Result<SemaphoreGuard> {
         loop {
-            if let Some(g) = self.acquire_with(permits, Wait::Forever).await? {
+            if let Some(g) = self.acquire(permits, Wait::Forever).await? {
                 return Ok(g);
             }
         }
@@ -213,7 +214,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<SemaphoreGuard>> {
-        self.acquire_with(permits, Wait::No).await
+        self.acquire(permits, Wait::No).await
     }
 
     /// Takes `permits` permits, waiting at most `wait`. `Ok(None)`: not granted in time.
@@ -228,18 +229,29 @@ impl Semaphore {
         permits: u32,
         wait: Duration,
     ) -> Result<Option<SemaphoreGuard>> {
-        self.acquire_with(permits, Wait::For(wait)).await
+        self.acquire(permits, Wait::For(wait)).await
     }
 
-    /// Takes `permits` permits, waiting as `wait` says. `Ok(None)`: not granted in time.
+    /// Takes `permits` permits, waiting as `wait` says (as [`RwLock::acquire`](crate::RwLock::acquire)
+    /// takes its mode and wait). `Ok(None)`: not granted in time.
     ///
     /// ```no_run
     /// # async fn demo(sem: redis_lease_client::Semaphore) -> redis_lease_client::Result<()> {
     /// use redis_lease_client::Wait;
-    /// let g = sem.acquire_with(1, Wait::For(std::time::Duration::from_secs(1))).await?;
+    /// let g = sem.acquire(1, Wait::For(std::time::Duration::from_secs(1))).await?;
     /// # Ok(()) }
     /// ```
+    pub async fn acquire(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
+        self.acquire_inner(permits, wait).await
+    }
+
+    /// The earlier name of [`Semaphore::acquire`], kept for code written against it.
+    #[doc(hidden)]
     pub async fn acquire_with(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
+        self.acquire_inner(permits, wait).await
+    }
+
+    async fn acquire_inner(&self, permits: u32, wait: Wait) -> Result<Option<SemaphoreGuard>> {
         let s = &self.sem;
         check(s.limit, permits)?;
         let generated = self.owner.is_none();
@@ -302,17 +314,25 @@ fn number_after(text: &str, prefix: &str) -> Option<u32> {
 fn typed(e: Error, limit: u32, permits: u32) -> Error {
     let Error::Redis(r) = &e else { return e };
     let text = r.detail().unwrap_or_default();
-    if let Some(n) = number_after(text, "this semaphore's limit is ") {
-        return Error::LimitMismatch {
-            limit: n,
-            asked: limit,
-        };
+    // The module's codes; an older module said `ERR` with the same words.
+    let legacy = r.code() == Some("ERR");
+    let is =
+        |code: &str, words: &str| r.code() == Some(code) || (legacy && text.starts_with(words));
+    if is("LIMIT", "this semaphore's limit is ") {
+        if let Some(n) = number_after(text, "this semaphore's limit is ") {
+            return Error::LimitMismatch {
+                limit: n,
+                asked: limit,
+            };
+        }
     }
-    if let Some(n) = number_after(text, "this owner holds ") {
-        return Error::PermitsMismatch {
-            held: n,
-            asked: permits,
-        };
+    if is("PERMITS", "this owner holds ") {
+        if let Some(n) = number_after(text, "this owner holds ") {
+            return Error::PermitsMismatch {
+                held: n,
+                asked: permits,
+            };
+        }
     }
     e
 }
@@ -347,7 +367,27 @@ mod tests {
     }
 
     #[test]
-    fn the_modules_refusals_become_typed_errors() {
+    fn the_modules_codes_become_typed_errors() {
+        let limit =
+            reply_error("LIMIT this semaphore's limit is 3; a request must name the same limit");
+        assert!(matches!(
+            typed(Error::Redis(limit), 4, 1),
+            Error::LimitMismatch { limit: 3, asked: 4 }
+        ));
+        let permits = reply_error(
+            "PERMITS this owner holds 2 permits of this semaphore; release them before asking for another number",
+        );
+        assert!(matches!(
+            typed(Error::Redis(permits), 3, 1),
+            Error::PermitsMismatch { held: 2, asked: 1 }
+        ));
+        // Another error that happens to use the words is not one of them.
+        let other = reply_error("ERR something else: this owner holds 2 permits");
+        assert!(matches!(typed(Error::Redis(other), 3, 1), Error::Redis(_)));
+    }
+
+    #[test]
+    fn an_older_modules_refusals_become_typed_errors() {
         let limit =
             reply_error("ERR this semaphore's limit is 3; a request must name the same limit");
         assert!(matches!(

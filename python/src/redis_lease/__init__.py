@@ -15,18 +15,22 @@ from .errors import (
     Fenced,
     LeaseError,
     LeaseLost,
+    LimitMismatch,
     LockGone,
     LossReason,
     MaxHold,
+    ModuleNotLoaded,
     NotAcquired,
+    PermitsMismatch,
     ProtocolError,
+    TtlTooLong,
     Unavailable,
 )
 from .guards import Guard, Leadership, LockGuard, SemaphoreGuard
-from .leader import LeaderElector, LeaderObserver, current_leader
+from .leader import LeaderElector, LeaderObserver, current_leader, election_info
 from .lock import RwLock
 from .multi import MultiGuard, MultiLock
-from .replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
+from .replies import ElectionInfo, Holder, LeaderInfo, LockInfo, SemaphoreInfo, Waiting
 from .retry import RetryPolicy
 from .semaphore import Semaphore
 from .timing import LeaseTiming
@@ -36,6 +40,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Connector",
     "Deadlock",
+    "ElectionInfo",
     "Fenced",
     "Guard",
     "Holder",
@@ -46,6 +51,7 @@ __all__ = [
     "LeaseError",
     "LeaseLost",
     "LeaseTiming",
+    "LimitMismatch",
     "LockGone",
     "LockGuard",
     "LockInfo",
@@ -53,13 +59,18 @@ __all__ = [
     "MaxHold",
     "MultiGuard",
     "MultiLock",
+    "ModuleNotLoaded",
     "NotAcquired",
+    "PermitsMismatch",
     "ProtocolError",
     "RetryPolicy",
     "RwLock",
     "Semaphore",
     "SemaphoreGuard",
     "SemaphoreInfo",
+    "TtlTooLong",
     "Unavailable",
+    "Waiting",
     "current_leader",
+    "election_info",
 ]

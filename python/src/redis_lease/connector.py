@@ -4,6 +4,7 @@ and the driver that runs the generators of :mod:`redis_lease.protocol` on them."
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple, TypeVar
@@ -13,6 +14,7 @@ from redis import exceptions as rx
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from .errors import LeaseError, typed_reply_error
 from .protocol import Call, Failed, Machine, Sleep
 from .routing import Address, keyspace_channel, redirection, tuned_kwargs
 
@@ -33,7 +35,8 @@ class Connector:
     caller's pool is never held up, and every request gets a reply limit of this package's
     choosing (the wait plus ``command_timeout`` for a waiting request), which redis-py's
     per-client ``socket_timeout`` cannot give. Idle connections (up to 8 per node) are kept for
-    reuse. In a cluster, requests are routed by their key's slot (the module's commands have
+    reuse by the process that made them: after a ``fork`` the child never touches the parent's
+    sockets (the idle list is dropped, as redis-py's pools do, by process id). In a cluster, requests are routed by their key's slot (the module's commands have
     the key at position 1), following ``MOVED``/``ASK`` and refreshing the client's slot map
     after a connection failure.
 
@@ -50,6 +53,7 @@ class Connector:
         self.is_cluster = isinstance(client, RedisCluster)
         self._idle: Dict[Address, List[Any]] = {}
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._moved: Dict[int, Tuple[str, int]] = {}
         self._refresh = False
 
@@ -101,7 +105,17 @@ class Connector:
                 kw.pop("maint_notifications_pool_handler", None)
         return cls(**kw)
 
+    def _forked(self) -> None:
+        """In a child made by ``fork``: forgets the parent's idle connections without touching
+        them (a request on a shared socket would read the other process's reply) and takes a
+        new lock (another thread of the parent may have held the old one at the fork)."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._idle = {}
+            self._pid = os.getpid()
+
     def _take(self, addr: Address) -> Any:
+        self._forked()
         with self._lock:
             idle = self._idle.get(addr)
             if idle:
@@ -109,6 +123,9 @@ class Connector:
         return self.new_connection(addr)
 
     def _put(self, addr: Address, conn: Any) -> None:
+        self._forked()
+        if getattr(conn, "pid", self._pid) != self._pid:
+            return  # made before a fork, in the parent: not ours to reuse or close
         with self._lock:
             idle = self._idle.setdefault(addr, [])
             if len(idle) < MAX_IDLE:
@@ -118,6 +135,7 @@ class Connector:
 
     def close(self) -> None:
         """Closes the idle connections (connections in use close when their request ends)."""
+        self._forked()
         with self._lock:
             idle, self._idle = self._idle, {}
         for conns in idle.values():
@@ -164,7 +182,7 @@ class Connector:
                     else:
                         self._moved[red.slot] = (red.host, red.port)
                     continue
-                if not isinstance(r.error, rx.ResponseError):
+                if not isinstance(r.error, (rx.ResponseError, LeaseError)):  # a reply: the route was right
                     self._refresh = True
             return r
         return r
@@ -200,7 +218,7 @@ class Connector:
             value = conn.read_response()
         except rx.ResponseError as e:
             self._put(addr, conn)
-            return Failed(e)
+            return Failed(typed_reply_error(e, f"{conn.host}:{conn.port}", call.args))
         except (rx.RedisError, OSError) as e:
             # A connection that timed out may still have the request parked in the server:
             # closing it makes the server drop the waiter.

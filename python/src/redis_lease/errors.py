@@ -4,7 +4,9 @@ command because the module is not loaded, ...) are raised as redis-py's own exce
 from __future__ import annotations
 
 import enum
-from typing import Optional
+import os
+import re
+from typing import Any, Optional, Tuple
 
 
 class LossReason(enum.Enum):
@@ -71,13 +73,95 @@ class Unavailable(LeaseError):
     """Only transient failures were seen until the deadline (or the retry budget) ran out."""
 
     def __init__(self, attempts: int, elapsed: float, last: BaseException) -> None:
-        super().__init__(
-            f"redis unavailable after {attempts} attempts over {elapsed:.3f}s: {last!r}"
-        )
+        super().__init__(f"redis unavailable after {attempts} attempts over {elapsed:.3f}s: {describe(last)}")
         self.attempts = attempts
         self.elapsed = elapsed
         self.last = last
 
 
+def describe(err: BaseException) -> str:
+    """``Type: text`` of an error, with the operating system's name for its cause when the text
+    gives only a number (redis.asyncio says "Error 111 connecting to host:port. Connect call
+    failed"; this adds "Connection refused")."""
+    text = f"{type(err).__name__}: {err}"
+    m = re.search(r"Error (\d+) connecting", text)
+    errno = int(m.group(1)) if m else None
+    cause: Optional[BaseException] = err
+    while errno is None and cause is not None:
+        if isinstance(cause, OSError) and cause.errno:
+            errno = cause.errno
+        cause = cause.__cause__ or cause.__context__
+    if errno is not None:
+        name = os.strerror(errno)
+        if name.lower() not in text.lower():
+            text += f" ({name})"
+    return text
+
+
 class ProtocolError(LeaseError):
     """The server answered something this client does not understand (a contract mismatch)."""
+
+
+class ModuleNotLoaded(LeaseError):
+    """The server does not know the module's commands: the redis-lease module is not loaded."""
+
+    def __init__(self, where: str, reply: str) -> None:
+        super().__init__(
+            f"the redis-lease module is not loaded on {where} (the server answered: {reply}); load it "
+            "with `loadmodule /path/to/libredis_lease.so` in redis.conf, `--loadmodule "
+            "/path/to/libredis_lease.so` on redis-server's command line, or `MODULE LOAD "
+            "/path/to/libredis_lease.so` at runtime"
+        )
+        self.where = where
+
+
+class TtlTooLong(LeaseError, ValueError):
+    """The server refused the ttl: above its ``lease.max-ttl`` (or ``lease.quarantine`` while
+    that is set). ``max_ms``: the server's limit in ms, when it said it."""
+
+    def __init__(self, reply: str, max_ms: Optional[int], ttl_ms: Optional[int] = None) -> None:
+        asked = f"a ttl of {ttl_ms} ms ({ttl_ms / 1000:g} s)" if ttl_ms is not None else "the ttl"
+        limit = f"{max_ms} ms ({max_ms / 1000:g} s)" if max_ms is not None else "its limit"
+        super().__init__(
+            f"the server refused {asked}: above its lease.max-ttl (or lease.quarantine) of {limit}. "
+            f"This client takes ttl in seconds. (server: {reply})"
+        )
+        self.max_ms = max_ms
+        self.ttl_ms = ttl_ms
+
+
+class LimitMismatch(LeaseError):
+    """The semaphore exists with another limit (``-LIMIT``): every request must name the same
+    limit."""
+
+
+class PermitsMismatch(LeaseError):
+    """This owner already holds another number of permits of the semaphore (``-PERMITS``)."""
+
+
+_MAX_TTL = re.compile(r"from 1 to (\d+) ms")
+
+
+def typed_reply_error(err: Exception, where: str, args: Tuple[Any, ...] = ()) -> Exception:
+    """This package's error for an error reply that has one (the module not loaded, a ttl
+    above the server's limit, the semaphore's LIMIT and PERMITS refusals, by their codes and
+    by the wording of servers that predate the codes), else ``err`` itself."""
+    text = str(err)
+    code = text.split(" ", 1)[0]
+    # redis-py strips the "ERR " of most replies; a server may also send it.
+    body = text[4:] if code == "ERR" else text
+    command = str(args[0]).upper() if args else ""
+    if body.startswith("unknown command") and command.split(".")[0] in ("RWLOCK", "LEADER", "SEMAPHORE", "LEASE"):
+        return ModuleNotLoaded(where, text)
+    if body.startswith("ttl must be"):
+        m = _MAX_TTL.search(body)
+        # The ttl follows the owner (RWLOCK.*LOCK, LEADER.CAMPAIGN, *.RENEW) or the limit
+        # (SEMAPHORE.ACQUIRE).
+        at = 4 if command == "SEMAPHORE.ACQUIRE" else 3
+        ttl_ms = int(args[at]) if len(args) > at and str(args[at]).isdigit() else None
+        return TtlTooLong(text, int(m.group(1)) if m else None, ttl_ms)
+    if code == "LIMIT" or body.startswith("this semaphore's limit is"):
+        return LimitMismatch(text)
+    if code == "PERMITS" or (body.startswith("this owner holds") and "permits" in body):
+        return PermitsMismatch(text)
+    return err

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Optional, Type, TypeVar
+from typing import Any, Callable, List, Optional, Type, TypeVar
 
 from . import protocol
 from .connector import Connector
-from .errors import Fenced, LeaseLost, LossReason
-from .spec import Spec
+from .errors import Fenced, LeaseLost, LossReason, ProtocolError
+from .notify import OnLost, announce
+from .spec import Spec, check_timeout
 
 G = TypeVar("G", bound="Guard")
 
@@ -20,12 +22,15 @@ class LeaseState:
     """What a guard and its watchdog share. The watchdog never holds the guard itself, so a
     guard dropped without release can be collected (and then released)."""
 
-    def __init__(self, valid_until: float) -> None:
+    def __init__(self, valid_until: float, key: Any, token: int) -> None:
         self.lock = threading.Lock()
         self.valid_until = valid_until
         self.reason: Optional[LossReason] = None
         self.lost = threading.Event()
         self.stop = threading.Event()
+        self.key = key
+        self.token = token
+        self.callbacks: List[OnLost] = []
 
     def publish(self, bound: Optional[float], reason: Optional[LossReason]) -> None:
         with self.lock:
@@ -37,6 +42,16 @@ class LeaseState:
             self.reason = reason or LossReason.FAILED
             self.lost.set()
             self.stop.set()
+            callbacks = list(self.callbacks)
+        announce(self.key, self.token, self.reason, callbacks)
+
+    def on_lost(self, callback: OnLost) -> None:
+        with self.lock:
+            if not self.lost.is_set():
+                self.callbacks.append(callback)
+                return
+            reason = self.reason or LossReason.FAILED
+        callback(reason)
 
     def expire_if_due(self) -> None:
         """Declares the loss when the validity bound has passed (should the watchdog be late)."""
@@ -58,6 +73,19 @@ def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseS
 _jobs: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
 _reaper_lock = threading.Lock()
 _reaper: Optional[threading.Thread] = None
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has no releasing thread, and the parent's queued releases are the
+    parent's to run: the child starts with an empty queue and its own lock."""
+    global _jobs, _reaper, _reaper_lock
+    _jobs = queue.SimpleQueue()
+    _reaper = None
+    _reaper_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _ensure_reaper() -> None:
@@ -106,6 +134,15 @@ class Guard:
     grant it to anyone else. A loss is final. Release with :meth:`release` or by leaving the
     ``with`` block; releasing twice is harmless; a guard dropped unreleased is released in the
     background.
+
+    Leaving a ``with`` block whose hold was lost during it raises :class:`LeaseLost` (unless the
+    block raised already), as redis-py's ``Lock`` raises ``LockNotOwnedError``: the work in the
+    block may have overlapped another holder's. Opt out with ``raise_on_lost=False`` on the
+    lock, semaphore or elector, or per guard (``guard.raise_on_lost = False``). Every loss is
+    logged as a warning on the ``redis_lease`` logger and calls the :meth:`on_lost` callbacks.
+
+    A guard belongs to the process that acquired it: in a child made by ``fork`` it neither
+    renews nor releases (the hold is the parent's).
     """
 
     def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant) -> None:
@@ -113,6 +150,7 @@ class Guard:
         self._spec = spec
         self._kind = kind
         self._sweep = grant.sweep
+        self._holds = 1  # holds of this guard's owner on the server (2 after an upgrade)
         self._released = False
         # A lost guard of a caller-chosen owner sends no release: a newer guard of the same id
         # (elected again, or granted again) would lose its hold. The lost hold lapses alone.
@@ -120,7 +158,9 @@ class Guard:
         self.key: Any = spec.key
         self.owner: str = kind.release[2]
         self.token: int = grant.token
-        self._state = LeaseState(spec.timing.valid_until(grant.sent))
+        self.raise_on_lost: bool = spec.raise_on_lost
+        self._pid = os.getpid()
+        self._state = LeaseState(spec.timing.valid_until(grant.sent), spec.key, grant.token)
         _ensure_reaper()
         dog = protocol.watchdog(
             kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish
@@ -160,9 +200,15 @@ class Guard:
         if not self.held:
             raise LeaseLost(self.reason or LossReason.RELEASED)
 
+    def on_lost(self, callback: OnLost) -> None:
+        """Calls ``callback(reason)`` once when the lease is lost (at once if it is already),
+        from the watchdog thread or the thread that notices the loss. Not called on release."""
+        self._state.on_lost(callback)
+
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Waits until the lease is lost (or released) or ``timeout`` passes; answers whether it
-        is no longer held."""
+        is no longer held. Computed from the lease's monotonic validity bound, so a process
+        frozen past it answers True at once, whether or not the watchdog has run since."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             if not self.held:
@@ -170,10 +216,10 @@ class Guard:
             left = self._state.valid_until - time.monotonic()
             if end is not None:
                 left = min(left, end - time.monotonic())
-            if self._state.lost.wait(max(left, 0.0)) or self._state.lost.is_set():
+            if self._state.lost.wait(max(left, 0.0)):
                 return True
             if end is not None and time.monotonic() >= end:
-                return False
+                return not self.held
 
     def release(self) -> bool:
         """Stops renewing and releases the hold. Answers whether the server still counted it
@@ -185,7 +231,13 @@ class Guard:
             self._state.stop.set()
             if self._state.lost.is_set() and not self._release_when_lost:
                 return False
-        n = self._conn.run(protocol.release(self._kind, self._sweep, self._spec.release_policy(), self._spec.command_timeout))
+        if self._pid != os.getpid():
+            return False  # a forked child's copy: the hold is the parent's
+        n = 0
+        for _ in range(1 if self._sweep else self._holds):
+            n += self._conn.run(
+                protocol.release(self._kind, self._sweep, self._spec.release_policy(), self._spec.command_timeout)
+            )
         return n > 0
 
     def abandon(self) -> None:
@@ -223,15 +275,22 @@ class Guard:
     def __exit__(
         self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
+        # Lost during the block? (released inside it: not a loss)
+        lost = not self._released and not self.held
         try:
             self.release()
         except Exception:
             if et is None:
                 raise  # a failed release surfaces unless the block already failed
+        if lost and et is None and self.raise_on_lost:
+            raise LeaseLost(
+                self._state.reason or LossReason.FAILED,
+                f"the lease on {self.key!r} (token {self.token}) was lost during the with block: {self._state.reason}",
+            )
 
     def __del__(self) -> None:
         try:
-            if self._released:
+            if self._released or self._pid != os.getpid():
                 return
             self._released = True
             if self._state.lost.is_set() and not self._release_when_lost:
@@ -255,6 +314,60 @@ class LockGuard(Guard):
     @property
     def _fences_writes(self) -> bool:
         return self.mode == "write"
+
+    def upgrade(self, timeout: Optional[float] = None) -> bool:
+        """Upgrades a read guard to the write lock without letting go of the read hold, waiting
+        at most ``timeout`` seconds (None: as long as it takes; 0: try once). Granted at once
+        when this is the only reader; a new token then. Answers whether it is now a write guard
+        (False: still a read guard). Raises :class:`~redis_lease.Deadlock` if another reader
+        already waits to upgrade (release and try again), :class:`LeaseLost` if lost."""
+        if self.mode == "write":
+            return True
+        self.check()
+        kind = protocol.lock_kind(self.key, self.owner, "write", self._spec.timing.ttl_ms, self._kind.generated)
+        acq = protocol.Acquisition(
+            kind, self._spec.timing, self._spec.retry, self._spec.command_timeout, check_timeout(timeout)
+        )
+        try:
+            grant = self._conn.run(acq.run())
+        except BaseException:
+            if acq.armed:
+                self._sweep = True  # a write hold may exist: the release gives back every hold
+            raise
+        if grant is None:
+            return False
+        self._holds += 1
+        self._sweep = self._sweep or grant.sweep
+        self._kind = kind
+        self.mode = "write"
+        self.token = self._state.token = grant.token
+        return True
+
+    def downgrade(self) -> None:
+        """Turns a write guard into a read guard without letting go in between: takes a read
+        hold under the write hold (granted at once), then gives the write hold back. Writers
+        waiting stay waiting; readers waiting are let in."""
+        if self.mode == "read":
+            return
+        self.check()
+        spec = self._spec
+        kind = protocol.lock_kind(self.key, self.owner, "read", spec.timing.ttl_ms, self._kind.generated)
+        if self._holds < 2:
+            acq = protocol.Acquisition(kind, spec.timing, spec.retry, spec.command_timeout, 0)
+            try:
+                grant = self._conn.run(acq.run())
+            except BaseException:
+                if acq.armed:
+                    self._sweep = True
+                raise
+            if grant is None:
+                raise ProtocolError(f"a writer's read request on {self.key!r} was refused")
+            self._holds += 1
+        # UNLOCK gives back the owner's write hold first.
+        self._conn.run(protocol.release(self._kind, False, spec.release_policy(), spec.command_timeout))
+        self._holds -= 1
+        self._kind = kind
+        self.mode = "read"
 
 
 class Leadership(Guard):

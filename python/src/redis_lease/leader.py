@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import threading
-import time
 from types import TracebackType
-from typing import Any, Iterator, Optional, Tuple, Type
+from typing import Any, Iterator, Optional, Type
 
 from redis import exceptions as rx
 
@@ -17,10 +16,21 @@ from .retry import Backoff, RetryPolicy
 from .spec import Spec, check_timeout
 
 
-def current_leader(connector: Connector, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None) -> Optional[replies.LeaderInfo]:
+def current_leader(
+    connector: Connector, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None
+) -> Optional[replies.LeaderInfo]:
     """``LEADER.CURRENT key`` (transient failures retried)."""
     call = protocol.Call(("LEADER.CURRENT", key), command_timeout)
     return replies.leader_info(connector.run(protocol.query_retry(call, None, retry or RetryPolicy())))
+
+
+def election_info(
+    client: Any, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None
+) -> replies.ElectionInfo:
+    """``LEADER.INFO key``: the leader and the waiting candidates (transient failures retried).
+    ``client``: a redis-py client or a :class:`Connector`."""
+    call = protocol.Call(("LEADER.INFO", key), command_timeout)
+    return replies.election_info(Connector.of(client).run(protocol.query_retry(call, None, retry or RetryPolicy())))
 
 
 class LeaderElector:
@@ -45,9 +55,10 @@ class LeaderElector:
         renew_every: Optional[float] = None,
         retry: Optional[RetryPolicy] = None,
         command_timeout: float = 2.0,
+        raise_on_lost: bool = True,
     ) -> None:
         self.connector = Connector.of(client)
-        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout)
+        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout, raise_on_lost)
         #: The caller's candidate id; None: a fresh UUIDv4 per campaign (per Leadership).
         self.candidate: Optional[str] = candidate
 
@@ -60,7 +71,11 @@ class LeaderElector:
         Answers the leadership, or None if another candidate led all that time."""
         kind = self.spec.leader_kind()
         return acquire(
-            self.connector, self.spec, kind, check_timeout(timeout), lambda g: Leadership(self.connector, self.spec, kind, g)
+            self.connector,
+            self.spec,
+            kind,
+            check_timeout(timeout),
+            lambda g: Leadership(self.connector, self.spec, kind, g),
         )
 
     def leadership(self, timeout: Optional[float] = None) -> Leadership:
@@ -175,7 +190,9 @@ class LeaderObserver:
     def __enter__(self) -> "LeaderObserver":
         return self
 
-    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+    def __exit__(
+        self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         self.close()
 
     def _subscribe(self) -> Any:
@@ -239,5 +256,3 @@ class LeaderObserver:
             self._publish(self._read())
         except (rx.RedisError, OSError, Exception):  # noqa: BLE001 - the next event reads again
             pass
-
-

@@ -10,14 +10,20 @@ loop and release. This mirrors the Rust client (client/src/lock.rs, lease.rs, re
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Generator, Optional, Tuple, TypeVar, Union
 
 from . import replies
 from .errors import LeaseLost, LossReason, ProtocolError
 from .retry import Backoff, Fatal, RetryPolicy, Transient, classify
 from .timing import LeaseTiming, wait_ms
+
+_log = logging.getLogger("redis_lease")
+
+#: How long a call that does not wait (``try_*``) retries transient failures, in seconds.
+TRY_BUDGET = 1.0
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -181,12 +187,18 @@ def renew_once(
         if isinstance(r, Failed):
             f = classify(r.error, r.sent)
             if isinstance(f, Transient):
+                _log.warning(
+                    "redis-lease: renewing %r failed, retrying until the lease would lapse: %s", args[1], f.error
+                )
                 d = backoff.next_delay(valid_until)
                 if d is None:
                     return LossReason.EXPIRED
                 yield Sleep(d)
                 continue
-            return LossReason.REVOKED if isinstance(f.error, LeaseLost) else LossReason.FAILED
+            if not isinstance(f.error, LeaseLost):
+                _log.warning("redis-lease: renewing %r failed for good: %s", args[1], f.error)
+                return LossReason.FAILED
+            return LossReason.REVOKED
         if isinstance(r, int) and not isinstance(r, bool):
             return t
         return LossReason.FAILED
@@ -266,7 +278,10 @@ class Acquisition:
             # uncertain failure can tell a grant of ours from an older one.
             v = yield from query_retry(Call(k.info, self.command_timeout), None, self.policy, self.now)
             baseline = k.hold(v)[0]
-        backoff = Backoff(self.policy, self.now)
+        # A call that does not wait gives transient failures (a refused connection, LOADING)
+        # a second or so, not the whole budget: its caller asked for an answer now.
+        policy = replace(self.policy, budget=min(self.policy.budget, TRY_BUDGET)) if self.trying else self.policy
+        backoff = Backoff(policy, self.now)
         while True:
             if self.uncertain_since is not None:
                 r = yield Call(k.info, self.command_timeout)
@@ -371,7 +386,9 @@ class Acquisition:
         return (yield from renew_once(self.kind.renew, until, self.policy, self.command_timeout, self.now))
 
 
-def release(kind: Kind, sweep: bool, policy: RetryPolicy, command_timeout: float, now: Clock = time.monotonic) -> Machine[int]:
+def release(
+    kind: Kind, sweep: bool, policy: RetryPolicy, command_timeout: float, now: Clock = time.monotonic
+) -> Machine[int]:
     """Releases: one request, or (``sweep``) until the server answers 0, at most 64 times.
     Answers how many holds were released."""
     released = 0

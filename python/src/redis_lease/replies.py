@@ -68,6 +68,34 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """One waiting request in the ``queue`` of ``RWLOCK.INFO`` / ``SEMAPHORE.INFO`` /
+    ``LEADER.INFO`` (at most 100 per key are shown; ``waiters`` counts them all)."""
+
+    owner: str  # an election's candidate
+    mode: str  # "read" or "write" for a lock; "" otherwise
+    permits: int  # semaphore only (0 otherwise)
+    waited: float  # seconds since it was queued
+    left: Optional[float]  # seconds until its wait ends; None: no limit (WAIT 0)
+
+
+def _waiting(v: Any) -> Waiting:
+    f = fields(v)
+    left = integer(f.get("left", -1), -1)
+    return Waiting(
+        owner=text(f.get("owner", f.get("candidate", ""))),
+        mode=text(f["mode"]) if "mode" in f else "",
+        permits=max(integer(f.get("permits", 0)), 0),
+        waited=max(integer(f.get("waited", 0)), 0) / 1000.0,
+        left=None if left < 0 else left / 1000.0,
+    )
+
+
+def queue(v: Any) -> Tuple[Waiting, ...]:
+    return tuple(_waiting(w) for w in items(v))
+
+
+@dataclass(frozen=True)
 class LockInfo:
     """The reply of ``RWLOCK.INFO``. ``mode`` is None when nobody holds the lock."""
 
@@ -75,6 +103,7 @@ class LockInfo:
     holders: Tuple[Holder, ...] = ()
     waiters: int = 0
     token: int = 0
+    queue: Tuple[Waiting, ...] = ()
 
     def hold_of(self, owner: str, mode: str) -> Optional[Holder]:
         for h in self.holders:
@@ -103,6 +132,7 @@ def lock_info(v: Any) -> LockInfo:
         holders=tuple(_holder(h) for h in items(f.get("holders", []))),
         waiters=max(integer(f.get("waiters", 0)), 0),
         token=max(integer(f.get("token", 0)), 0),
+        queue=queue(f.get("queue", [])),
     )
 
 
@@ -125,6 +155,30 @@ def leader_info(v: Any) -> Optional[LeaderInfo]:
 
 
 @dataclass(frozen=True)
+class ElectionInfo:
+    """The reply of ``LEADER.INFO``: the leader (None: nobody leads), the waiting candidates
+    in queue order, and their count."""
+
+    leader: Optional[LeaderInfo] = None
+    queue: Tuple[Waiting, ...] = ()
+    waiters: int = 0
+
+
+def election_info(v: Any) -> ElectionInfo:
+    f = fields(v)
+    lead = f.get("leader")
+    leader = None
+    if lead is not None:
+        lf = fields(lead)
+        leader = LeaderInfo(
+            candidate=text(lf.get("candidate", "")),
+            term=token(lf.get("term"), "term"),
+            ttl=max(integer(lf.get("ttl", 0)), 0) / 1000.0,
+        )
+    return ElectionInfo(leader=leader, queue=queue(f.get("queue", [])), waiters=max(integer(f.get("waiters", 0)), 0))
+
+
+@dataclass(frozen=True)
 class SemaphoreInfo:
     """The reply of ``SEMAPHORE.INFO``."""
 
@@ -133,6 +187,7 @@ class SemaphoreInfo:
     holders: Tuple[Holder, ...] = ()
     waiters: int = 0
     token: int = 0
+    queue: Tuple[Waiting, ...] = ()
 
     def hold_of(self, owner: str) -> Optional[Holder]:
         for h in self.holders:
@@ -149,6 +204,7 @@ def semaphore_info(v: Any) -> SemaphoreInfo:
         holders=tuple(_holder(h) for h in items(f.get("holders", []))),
         waiters=max(integer(f.get("waiters", 0)), 0),
         token=max(integer(f.get("token", 0)), 0),
+        queue=queue(f.get("queue", [])),
     )
 
 

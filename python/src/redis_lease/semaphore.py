@@ -31,10 +31,11 @@ class Semaphore:
         renew_every: Optional[float] = None,
         retry: Optional[RetryPolicy] = None,
         command_timeout: float = 2.0,
+        raise_on_lost: bool = True,
     ) -> None:
         self.connector = Connector.of(client)
         self.limit = check_limit(limit)
-        self.spec = Spec.of(key, ttl, owner, renew_every, retry, command_timeout)
+        self.spec = Spec.of(key, ttl, owner, renew_every, retry, command_timeout, raise_on_lost)
 
     @property
     def key(self) -> Any:

@@ -32,6 +32,8 @@ class Spec:
     retry: RetryPolicy
     command_timeout: float
     owner: Optional[str]  # None: a fresh UUIDv4 per grant (per elector for an election)
+    # Leaving a ``with`` block whose hold was lost during it raises LeaseLost.
+    raise_on_lost: bool = True
 
     @classmethod
     def of(
@@ -42,6 +44,7 @@ class Spec:
         renew_every: Optional[float],
         retry: Optional[RetryPolicy],
         command_timeout: float,
+        raise_on_lost: bool = True,
     ) -> "Spec":
         if isinstance(key, (bytes, str)) and not key:
             raise ValueError("key must not be empty")
@@ -49,7 +52,14 @@ class Spec:
             raise ValueError("owner must be a non-empty string")
         if not command_timeout > 0:
             raise ValueError("command_timeout must be positive")
-        return cls(key, LeaseTiming.of(ttl, renew_every), retry or RetryPolicy(), float(command_timeout), owner)
+        return cls(
+            key,
+            LeaseTiming.of(ttl, renew_every),
+            retry or RetryPolicy(),
+            float(command_timeout),
+            owner,
+            bool(raise_on_lost),
+        )
 
     def owner_id(self) -> Tuple[str, bool]:
         """The owner for one grant, and whether it is ours alone (generated)."""

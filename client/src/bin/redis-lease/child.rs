@@ -1,5 +1,6 @@
 //! Running CMD under a lease: spawning it in a process group of its own, forwarding signals,
-//! job control at a terminal, and stopping it when the lease is lost.
+//! job control at a terminal, stopping it when the lease is lost, and the guard process that
+//! kills CMD's whole group should redis-lease itself die.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -7,8 +8,9 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::guard::GroupGuard;
 use crate::tty::{self, Terminal};
-use crate::EXIT_FAILURE;
+use crate::{out, EXIT_FAILURE};
 
 /// How CMD ended.
 pub enum Outcome {
@@ -29,12 +31,25 @@ pub struct Running {
     /// Whether CMD was given the terminal's foreground (at its start, or when it stopped
     /// reading the terminal from the background).
     handed: std::cell::Cell<bool>,
+    /// Kills CMD's group if redis-lease dies before [`Running::supervise`] has ended it.
+    guard: GroupGuard,
 }
 
 /// Starts CMD with `env` added. It leads a new process group (so that stopping it reaches
-/// whatever it starts), is killed if redis-lease dies (Linux `PR_SET_PDEATHSIG`), and, when
-/// redis-lease is in the foreground of its terminal, gets the terminal's foreground.
+/// whatever it starts), and, when redis-lease is in the foreground of its terminal, gets the
+/// terminal's foreground. Should redis-lease die (even by SIGKILL), its guard process kills
+/// CMD's whole group at once; CMD itself also gets SIGKILL then (Linux `PR_SET_PDEATHSIG`),
+/// which covers the moment before the guard knows the group.
 pub fn spawn(cmd: &[OsString], env: &[(&str, String)]) -> std::io::Result<Running> {
+    // The guard first: without it CMD does not run.
+    let mut guard = GroupGuard::start()?;
+    // Orphans of CMD's (also those that left its process group) become redis-lease's children
+    // instead of init's, so that they can be stopped before the lease is released.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
     let terminal = Terminal::open();
     let handoff = terminal.as_ref().filter(|t| t.ours()).map(Terminal::fd);
     let mut c = Command::new(&cmd[0]);
@@ -63,6 +78,7 @@ pub fn spawn(cmd: &[OsString], env: &[(&str, String)]) -> std::io::Result<Runnin
     c.kill_on_drop(false);
     let child = c.spawn()?;
     let pgid = child.id().map_or(0, |p| p as libc::pid_t);
+    guard.arm(pgid);
     if terminal.is_some() {
         // redis-lease is now a background group: let it write to the terminal and take the
         // foreground back without being stopped (SIGTTOU), even with `stty tostop`.
@@ -76,6 +92,7 @@ pub fn spawn(cmd: &[OsString], env: &[(&str, String)]) -> std::io::Result<Runnin
         pgid,
         terminal,
         handed: std::cell::Cell::new(handoff.is_some()),
+        guard,
     })
 }
 
@@ -95,6 +112,81 @@ impl Running {
             unsafe {
                 libc::kill(-self.pgid, sig);
             }
+        }
+    }
+
+    /// Whether any process is left in CMD's group.
+    fn group_alive(&self) -> bool {
+        // SAFETY: kill with signal 0 only checks that the group exists; plain integers.
+        self.pgid > 0 && unsafe { libc::kill(-self.pgid, 0) } == 0
+    }
+
+    /// Stops everything in CMD's group: SIGTERM (and SIGCONT), then SIGKILL once `grace` has
+    /// passed with anything still there. Returns once CMD is reaped and the group is empty (or,
+    /// should a member linger as an unreaped zombie, a second after the SIGKILL).
+    async fn stop_group(&mut self, grace: Duration) {
+        self.deliver(libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + grace;
+        let _ = tokio::time::timeout_at(deadline, self.child.wait()).await;
+        while self.group_alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.group_alive() {
+            self.signal(libc::SIGKILL);
+        }
+        let _ = self.child.wait().await;
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        while self.group_alive() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Processes CMD started that left its process group and were orphaned since: they are
+    /// redis-lease's children now (it is a subreaper). Stopped as the group is: SIGTERM (and
+    /// SIGCONT), SIGKILL after `grace`; each is reaped. Their own orphans come next, until none
+    /// is left (within `grace` and a second).
+    async fn stop_strays(&self, grace: Duration) {
+        let start = tokio::time::Instant::now();
+        let mut termed: Vec<libc::pid_t> = Vec::new();
+        let mut warned = false;
+        loop {
+            let strays: Vec<libc::pid_t> = children()
+                .into_iter()
+                .filter(|&p| p != self.guard.pid() && p != self.pgid)
+                .collect();
+            for &p in &strays {
+                // SAFETY: waitpid on a child of ours, with WNOHANG and no status pointer.
+                unsafe {
+                    libc::waitpid(p, std::ptr::null_mut(), libc::WNOHANG);
+                }
+            }
+            let live: Vec<libc::pid_t> = strays.into_iter().filter(|&p| alive(p)).collect();
+            if live.is_empty() {
+                return;
+            }
+            if !warned {
+                warned = true;
+                out::warn(format_args!(
+                    "redis-lease: the command left {} process(es) outside its group; stopping them",
+                    live.len()
+                ));
+            }
+            let late = start.elapsed() >= grace;
+            for &p in &live {
+                let sig = if late { libc::SIGKILL } else { libc::SIGTERM };
+                if late || !termed.contains(&p) {
+                    // SAFETY: kill takes plain integers; p is a child of ours.
+                    unsafe {
+                        libc::kill(p, sig);
+                        libc::kill(p, libc::SIGCONT);
+                    }
+                    termed.push(p);
+                }
+            }
+            if start.elapsed() >= grace + Duration::from_secs(1) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -174,11 +266,7 @@ impl Running {
                     };
                 }
                 what = &mut lost => {
-                    self.deliver(libc::SIGTERM);
-                    if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
-                        self.signal(libc::SIGKILL);
-                        let _ = self.child.wait().await;
-                    }
+                    self.stop_group(grace).await;
                     break Outcome::Lost(what.to_string());
                 }
                 _ = recv(&mut sigchld) => {
@@ -191,6 +279,16 @@ impl Running {
                 _ = recv(&mut sighup) => self.deliver(libc::SIGHUP),
             }
         };
+        if !matches!(outcome, Outcome::Lost(_)) && self.group_alive() {
+            // CMD ended but left processes in its group: the lease covers them too, so they
+            // are stopped before it is released.
+            out::warn(format_args!(
+                "redis-lease: the command left processes running in its group; stopping them"
+            ));
+            self.stop_group(grace).await;
+        }
+        self.stop_strays(grace).await;
+        self.guard.disarm();
         if let Some(t) = &self.terminal {
             if t.foreground() == self.pgid {
                 t.take_back();
@@ -198,6 +296,34 @@ impl Running {
         }
         outcome
     }
+}
+
+/// The pids of this process's children, from `/proc` (their parent is us).
+fn children() -> Vec<libc::pid_t> {
+    // SAFETY: getpid cannot fail and touches no memory.
+    let me = unsafe { libc::getpid() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| parent_of(pid) == Some(me))
+        .collect()
+}
+
+/// The parent of `pid` (`/proc/PID/stat`'s fourth field, after the parenthesised name).
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` runs (not a zombie).
+fn alive(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 async fn recv(s: &mut Option<Signal>) {

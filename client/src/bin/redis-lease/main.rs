@@ -2,18 +2,19 @@
 //! leadership, and print state.
 
 mod child;
+mod guard;
 mod out;
+mod status;
+mod top;
 mod tty;
 
 use std::ffi::OsString;
-use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redis_lease_client::{
-    Client, ElectionOptions, Error, LeaderInfo, LeaseTiming, LockGuard, LockMode, LockOptions,
-    LossReason, MultiGuard, SemaphoreGuard, Wait,
+    Client, ElectionOptions, Error, Guard, LeaderInfo, LeaseTiming, LockMode, LockOptions, Wait,
 };
 
 use child::Outcome;
@@ -23,17 +24,38 @@ use out::Closed;
 const EXIT_NOT_ACQUIRED: u8 = 75;
 /// Exit status when the lease (or leadership) was lost while CMD ran.
 const EXIT_LOST: u8 = 3;
-/// Exit status for other failures (redis unreachable, bad reply, command not found...).
+/// Exit status for other failures (redis unreachable, bad reply, an unreplicated grant...).
 pub const EXIT_FAILURE: u8 = 1;
+/// Exit status for a command line redis-lease cannot use (sysexits' EX_USAGE): nothing was
+/// acquired and CMD did not run.
+const EXIT_USAGE: u8 = 64;
+/// Exit status when CMD cannot be started (not found, not executable), as a shell's.
+const EXIT_CANNOT_RUN: u8 = 127;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "redis-lease",
     version,
     about = "Run commands under redis-lease locks, semaphores and leader elections; inspect their state",
-    after_help = "Exit status of `lock`, `semaphore` and `elect`: CMD's own status (128+N if killed \
-                  by signal N); 75 if the lock or permits were not acquired within --wait; 3 if the \
-                  lease or leadership was lost while CMD ran (CMD was stopped); 1 on other errors."
+    after_help = "Durations (--ttl, --wait, --grace, --replica-timeout) take a unit: 500ms, 10s, \
+                  2m, 1h30m; a bare number is milliseconds.\n\n\
+                  Exit status of `lock`, `semaphore` and `elect`:\n  \
+                  CMD's own status  CMD ran to its end (128+N if it was killed by signal N)\n  \
+                  3    the lease or leadership was lost while CMD ran (CMD's process group was \
+                  stopped)\n  \
+                  64   usage error: the command line was refused; nothing was acquired, CMD did \
+                  not run\n  \
+                  75   the lock or permits were not acquired within --wait\n  \
+                  127  CMD could not be started\n  \
+                  128+N  redis-lease got signal N (SIGINT, SIGTERM, SIGHUP) while acquiring\n  \
+                  1    any other failure (redis unreachable, the module not loaded, a grant too few \
+                  replicas acknowledged)\n\
+                  `info` and `leader` exit 0, 64 on a usage error, 1 on failure.\n\n\
+                  Signals: SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group. If \
+                  redis-lease itself dies (even by SIGKILL), CMD's whole process group is killed \
+                  (SIGKILL) at once; processes CMD leaves running when it exits (in its group, or \
+                  orphans that left it) are stopped (SIGTERM, SIGKILL after --grace) before the \
+                  lease is released."
 )]
 struct Cli {
     /// Redis URL: `redis://[user:pass@]host:port/db` for one server, or
@@ -62,46 +84,40 @@ struct Replicas {
     /// grant that too few acknowledged is released and asked for again.
     #[arg(long, default_value_t = 0)]
     replicas: u32,
-    /// Milliseconds each wait for replica acknowledgements may take.
-    #[arg(long, default_value_t = 1_000)]
-    replica_timeout: u64,
+    /// How long each wait for replica acknowledgements may take (500ms, 2s...).
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    replica_timeout: Duration,
 }
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run CMD while holding the lock on KEY (on every KEY at once, all or nothing, when
-    /// several are given); renew it meanwhile, release it when CMD ends.
+    /// Run CMD while holding the lock on KEY; renew it meanwhile, release it when CMD ends.
     ///
     /// CMD gets REDIS_LEASE_KEY, REDIS_LEASE_OWNER, REDIS_LEASE_MODE and REDIS_LEASE_TOKEN
-    /// (the fencing token) in its environment; with several keys, REDIS_LEASE_KEYS and
-    /// REDIS_LEASE_TOKENS (space-separated, in order) instead of KEY and TOKEN. If the lease is lost, CMD's process group gets
+    /// (the fencing token) in its environment. If the lease is lost, CMD's process group gets
     /// SIGTERM, then SIGKILL after --grace, and redis-lease exits with status 3. At a terminal,
     /// CMD runs in the foreground: it can read the terminal and gets Ctrl-C and Ctrl-Z.
     Lock {
         /// Take a shared read lock instead of the exclusive write lock.
         #[arg(long)]
         read: bool,
-        /// Lease ttl in milliseconds (renewed every third of it).
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-        ttl: u64,
-        /// Wait at most this many milliseconds for the lock (0: do not wait). Default: no limit.
-        #[arg(long)]
-        wait: Option<u64>,
+        /// Lease ttl (10s, 500ms...; renewed every third of it).
+        #[arg(long, default_value = "10s", value_parser = ttl)]
+        ttl: Duration,
+        /// Wait at most this long for the lock (30s, 500ms...; 0: do not wait). Default: no
+        /// limit.
+        #[arg(long, value_parser = duration)]
+        wait: Option<Duration>,
         /// Owner id (default: a fresh UUIDv4).
         #[arg(long)]
         owner: Option<String>,
-        /// Milliseconds between SIGTERM and SIGKILL when the lease is lost.
-        #[arg(long, default_value_t = 5_000)]
-        grace: u64,
-        /// Cap the hold at this many milliseconds from its grant, renewals included
-        /// (MAXHOLD): at the cap the lease is lost and CMD is stopped.
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        max_hold: Option<u64>,
+        /// Time between SIGTERM and SIGKILL when the lease is lost (5s, 500ms...).
+        #[arg(long, default_value = "5s", value_parser = duration)]
+        grace: Duration,
         #[command(flatten)]
         replicas: Replicas,
-        /// The lock's key, or several (1 to 64, taken together).
-        #[arg(required = true, num_args = 1..=64)]
-        keys: Vec<String>,
+        /// The lock's key.
+        key: String,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, num_args = 1..)]
         cmd: Vec<OsString>,
@@ -119,23 +135,19 @@ enum Cmd {
         /// How many permits to hold (1 to the limit).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         permits: u32,
-        /// Lease ttl in milliseconds (renewed every third of it).
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-        ttl: u64,
-        /// Wait at most this many milliseconds for the permits (0: do not wait). Default: no
+        /// Lease ttl (10s, 500ms...; renewed every third of it).
+        #[arg(long, default_value = "10s", value_parser = ttl)]
+        ttl: Duration,
+        /// Wait at most this long for the permits (30s, 500ms...; 0: do not wait). Default: no
         /// limit.
-        #[arg(long)]
-        wait: Option<u64>,
+        #[arg(long, value_parser = duration)]
+        wait: Option<Duration>,
         /// Owner id (default: a fresh UUIDv4).
         #[arg(long)]
         owner: Option<String>,
-        /// Milliseconds between SIGTERM and SIGKILL when the lease is lost.
-        #[arg(long, default_value_t = 5_000)]
-        grace: u64,
-        /// Cap the hold at this many milliseconds from its grant, renewals included
-        /// (MAXHOLD): at the cap the lease is lost and CMD is stopped.
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        max_hold: Option<u64>,
+        /// Time between SIGTERM and SIGKILL when the lease is lost (5s, 500ms...).
+        #[arg(long, default_value = "5s", value_parser = duration)]
+        grace: Duration,
         #[command(flatten)]
         replicas: Replicas,
         /// The semaphore's key.
@@ -151,15 +163,15 @@ enum Cmd {
     /// CMD's status. If leadership is lost, CMD's process group gets SIGTERM, then SIGKILL after
     /// --grace, and redis-lease exits with status 3.
     Elect {
-        /// Lease ttl in milliseconds (renewed every third of it).
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-        ttl: u64,
+        /// Lease ttl (10s, 500ms...; renewed every third of it).
+        #[arg(long, default_value = "10s", value_parser = ttl)]
+        ttl: Duration,
         /// Candidate id (default: a fresh UUIDv4).
         #[arg(long)]
         candidate: Option<String>,
-        /// Milliseconds between SIGTERM and SIGKILL when leadership is lost.
-        #[arg(long, default_value_t = 5_000)]
-        grace: u64,
+        /// Time between SIGTERM and SIGKILL when leadership is lost (5s, 500ms...).
+        #[arg(long, default_value = "5s", value_parser = duration)]
+        grace: Duration,
         #[command(flatten)]
         replicas: Replicas,
         /// The election's key.
@@ -174,6 +186,19 @@ enum Cmd {
         /// The key.
         key: String,
     },
+    /// Print KEY's holders and its waiting requests in queue order (with how long each waited
+    /// and may still wait), whatever its kind.
+    Status {
+        /// The key.
+        key: String,
+    },
+    /// A live view of the server (or every master of its Cluster): the busiest keys, the
+    /// INFO lease figures, the wait histogram; refreshed every second, `q` quits.
+    Top {
+        /// Print one frame as text (WIDTHxHEIGHT, e.g. 100x30) instead of the live view.
+        #[arg(long, value_name = "WIDTHxHEIGHT", value_parser = size)]
+        once: Option<(u16, u16)>,
+    },
     /// Print who leads the election on KEY (LEADER.CURRENT).
     Leader {
         /// Keep running and print a line at every change (uses keyspace notifications).
@@ -185,7 +210,22 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    if std::env::args_os().nth(1).is_some_and(|a| a == guard::ARG) {
+        return guard::run();
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(EXIT_USAGE),
+            };
+        }
+    };
+    out::show_library_warnings();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -234,41 +274,29 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             wait,
             owner,
             grace,
-            max_hold,
             replicas,
-            keys,
+            key,
             cmd,
         } => {
             let opts = LockOptions {
-                timing: LeaseTiming::new(Duration::from_millis(ttl))?,
+                timing: LeaseTiming::new(ttl)?,
                 replicas: replicas.replicas,
-                replica_timeout: Duration::from_millis(replicas.replica_timeout),
-                max_hold: max_hold.map(Duration::from_millis),
+                replica_timeout: replicas.replica_timeout,
                 ..Default::default()
             };
+            let mut lock = client.rwlock(&key).with_options(opts);
+            if let Some(o) = owner {
+                lock = lock.with_owner(o);
+            }
             let mode = if read {
                 LockMode::Read
             } else {
                 LockMode::Write
             };
-            if keys.len() > 1 {
-                if owner.is_some() || replicas.replicas > 0 {
-                    out::warn(format_args!(
-                        "redis-lease: --owner and --replicas take one key only"
-                    ));
-                    return Ok(EXIT_FAILURE);
-                }
-                return run_many(&client, keys, mode, wait, opts, &cmd, grace, verbose).await;
-            }
-            let key = keys.into_iter().next().unwrap_or_default();
-            let mut lock = client.rwlock(&key).with_options(opts);
-            if let Some(o) = owner {
-                lock = lock.with_owner(o);
-            }
             let wait = wait_of(wait);
             let guard = tokio::select! {
                 g = lock.acquire(mode, wait) => g?,
-                code = child::terminated() => return Ok(code),
+                code = child::terminated() => return Ok(interrupted(&client, code).await),
             };
             let Some(guard) = guard else {
                 out::warn(format_args!(
@@ -306,16 +334,14 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             wait,
             owner,
             grace,
-            max_hold,
             replicas,
             key,
             cmd,
         } => {
             let opts = LockOptions {
-                timing: LeaseTiming::new(Duration::from_millis(ttl))?,
+                timing: LeaseTiming::new(ttl)?,
                 replicas: replicas.replicas,
-                max_hold: max_hold.map(Duration::from_millis),
-                replica_timeout: Duration::from_millis(replicas.replica_timeout),
+                replica_timeout: replicas.replica_timeout,
                 ..Default::default()
             };
             let mut sem = client.semaphore(&key, limit).with_options(opts);
@@ -323,8 +349,8 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 sem = sem.with_owner(o);
             }
             let guard = tokio::select! {
-                g = sem.acquire_with(permits, wait_of(wait)) => g?,
-                code = child::terminated() => return Ok(code),
+                g = sem.acquire(permits, wait_of(wait)) => g?,
+                code = child::terminated() => return Ok(interrupted(&client, code).await),
             };
             let Some(guard) = guard else {
                 out::warn(format_args!(
@@ -358,9 +384,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             cmd,
         } => {
             let opts = ElectionOptions {
-                timing: LeaseTiming::new(Duration::from_millis(ttl))?,
+                timing: LeaseTiming::new(ttl)?,
                 replicas: replicas.replicas,
-                replica_timeout: Duration::from_millis(replicas.replica_timeout),
+                replica_timeout: replicas.replica_timeout,
                 ..Default::default()
             };
             let mut elector = client.elector(&key).with_options(opts);
@@ -391,7 +417,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 Err(e) => {
                     out::warn(format_args!("redis-lease: cannot run {:?}: {e}", cmd[0]));
                     let _ = election.resign().await;
-                    return Ok(127);
+                    return Ok(EXIT_CANNOT_RUN);
                 }
             };
             let lost = election.lost();
@@ -403,10 +429,14 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                         "leadership could no longer be proven"
                     },
                     &held,
-                    Duration::from_millis(grace),
+                    grace,
                 )
                 .await;
-            let _ = election.resign().await;
+            if matches!(outcome, Outcome::Lost(_)) {
+                let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, election.resign()).await;
+            } else {
+                let _ = election.resign().await;
+            }
             match outcome {
                 Outcome::Exited(code) => Ok(code),
                 Outcome::Interrupted => child::die_of_sigint(),
@@ -434,6 +464,8 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 _ => print_lock(&client, &key).await,
             }
         }
+        Cmd::Status { key } => status::status(&client, &key).await,
+        Cmd::Top { once } => top::top(&cli.url, once).await,
         Cmd::Leader { watch, key } => {
             let print = print_leader;
             if !watch {
@@ -455,130 +487,77 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
+/// How long redis-lease tries to release a lease (or resign a leadership) it has lost, so that
+/// the server frees it before its ttl would: a lost lease needs no release, so this is short.
+const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(1);
+
+/// How long redis-lease, on a signal during an acquisition, lets the release of what may have
+/// been granted run before it exits.
+const RELEASE_ON_SIGNAL: Duration = Duration::from_secs(2);
+
+/// A signal came during an acquisition, which was dropped: its clean-up (the release of a
+/// grant whose outcome was unknown) runs before redis-lease exits with `code`.
+async fn interrupted(client: &Client, code: u8) -> u8 {
+    if !client.settle(RELEASE_ON_SIGNAL).await {
+        out::warn(format_args!(
+            "redis-lease: the release of the interrupted acquisition did not finish within {}s; \
+             what was granted lapses with its ttl",
+            RELEASE_ON_SIGNAL.as_secs()
+        ));
+    }
+    code
+}
+
 /// `--wait` as the library takes it: absent waits as long as it takes, 0 does not wait.
-fn wait_of(ms: Option<u64>) -> Wait {
-    match ms {
+fn wait_of(wait: Option<Duration>) -> Wait {
+    match wait {
         None => Wait::Forever,
-        Some(0) => Wait::No,
-        Some(ms) => Wait::For(Duration::from_millis(ms)),
+        Some(d) if d.is_zero() => Wait::No,
+        Some(d) => Wait::For(d),
     }
 }
 
-/// A guard CMD runs under (a lock's or a semaphore's).
-trait Hold {
-    fn is_held(&self) -> bool;
-    fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static;
-    async fn release(self) -> Result<bool, Error>;
+/// A lease ttl on the command line: a duration a lease can be renewed within.
+fn ttl(text: &str) -> Result<Duration, String> {
+    let d = duration(text)?;
+    LeaseTiming::new(d).map_err(|e| e.to_string())?;
+    Ok(d)
 }
 
-impl Hold for LockGuard {
-    fn is_held(&self) -> bool {
-        LockGuard::is_held(self)
+/// A duration on the command line: a number and a unit (`500ms`, `10s`, `2m`, `1h30m`), or
+/// a bare number of milliseconds.
+fn duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|e| format!("{t:?}: {e}"));
     }
-    fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        LockGuard::lost(self)
-    }
-    async fn release(self) -> Result<bool, Error> {
-        LockGuard::release(self).await
-    }
-}
-
-impl Hold for MultiGuard {
-    fn is_held(&self) -> bool {
-        MultiGuard::is_held(self)
-    }
-    fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        MultiGuard::lost(self)
-    }
-    async fn release(self) -> Result<bool, Error> {
-        MultiGuard::release(self).await
-    }
-}
-
-/// `lock K1 K2 ... -- CMD`: every key at once (RWLOCK.MLOCK), then as for one key.
-#[allow(clippy::too_many_arguments)]
-async fn run_many(
-    client: &Client,
-    keys: Vec<String>,
-    mode: LockMode,
-    wait: Option<u64>,
-    opts: LockOptions,
-    cmd: &[OsString],
-    grace: u64,
-    verbose: bool,
-) -> Result<u8, Failure> {
-    let lock = client.rwlock_many(keys.clone())?.with_options(opts);
-    let all = keys.join(" ");
-    let guard = tokio::select! {
-        g = lock.acquire(mode, wait_of(wait)) => g?,
-        code = child::terminated() => return Ok(code),
-    };
-    let Some(guard) = guard else {
-        out::warn(format_args!(
-            "redis-lease: the {mode} locks on {all} were not acquired in time"
-        ));
-        return Ok(EXIT_NOT_ACQUIRED);
-    };
-    let tokens: Vec<String> = guard.tokens().iter().map(|t| t.to_string()).collect();
-    if verbose {
-        out::warn(format_args!(
-            "redis-lease: holding the {mode} locks on {all} (tokens {}, owner {})",
-            tokens.join(" "),
-            guard.owner()
-        ));
-    }
-    let env = [
-        ("REDIS_LEASE_KEYS", all.clone()),
-        ("REDIS_LEASE_OWNER", guard.owner().to_string()),
-        ("REDIS_LEASE_MODE", mode.to_string()),
-        ("REDIS_LEASE_TOKENS", tokens.join(" ")),
-    ];
-    let first = keys.first().cloned().unwrap_or_default();
-    Ok(run_held(
-        guard,
-        &format!("the locks on {all}"),
-        &first,
-        cmd,
-        &env,
-        grace,
-    )
-    .await)
-}
-
-impl Hold for SemaphoreGuard {
-    fn is_held(&self) -> bool {
-        SemaphoreGuard::is_held(self)
-    }
-    fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        SemaphoreGuard::lost(self)
-    }
-    async fn release(self) -> Result<bool, Error> {
-        SemaphoreGuard::release(self).await
-    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("{t:?} is not a duration ({e}); write it as 500ms, 10s, 2m or 1h30m"))
 }
 
 /// Runs CMD while `guard` is held; stops it if the lease is lost; releases when it ends.
 /// Answers the exit status. `what` names the hold in messages ("the lock on KEY").
 async fn run_held(
-    guard: impl Hold,
+    guard: impl Guard,
     what: &str,
     key: &str,
     cmd: &[OsString],
     env: &[(&str, String)],
-    grace: u64,
+    grace: Duration,
 ) -> u8 {
     let running = match child::spawn(cmd, env) {
         Ok(c) => c,
         Err(e) => {
             out::warn(format_args!("redis-lease: cannot run {:?}: {e}", cmd[0]));
             let _ = guard.release().await;
-            return 127;
+            return EXIT_CANNOT_RUN;
         }
     };
     let held = || guard.is_held();
-    let outcome = running
-        .supervise(guard.lost(), &held, Duration::from_millis(grace))
-        .await;
+    let outcome = running.supervise(guard.lost(), &held, grace).await;
     match outcome {
         Outcome::Exited(code) => {
             if let Err(e) = guard.release().await {
@@ -596,10 +575,22 @@ async fn run_held(
             out::warn(format_args!(
                 "redis-lease: the lease on {key} was lost ({why}); the command was stopped"
             ));
-            let _ = guard.release().await;
+            // The hold is gone or about to lapse: one short try to free it early, no more.
+            let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
             EXIT_LOST
         }
     }
+}
+
+/// `100x30` as (100, 30).
+fn size(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("expected WIDTHxHEIGHT (e.g. 100x30), got {s:?}");
+    let (w, h) = s.split_once('x').ok_or_else(bad)?;
+    let (w, h) = (w.parse().map_err(|_| bad())?, h.parse().map_err(|_| bad())?);
+    if w < 40 || h < 16 {
+        return Err(format!("{s}: at least 40x16"));
+    }
+    Ok((w, h))
 }
 
 fn print_leader(l: &Option<LeaderInfo>) -> Result<(), Closed> {

@@ -64,3 +64,46 @@ fn reader_gone() -> bool {
         }
     }
 }
+
+/// Shows the library's warnings (a renewal that failed, a lease lost, a grant too few replicas
+/// acknowledged while an acquisition retries) on stderr as `redis-lease: <message>`.
+pub fn show_library_warnings() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .event_format(MessageOnly)
+        .try_init();
+}
+
+/// Formats an event as `redis-lease: <message>` (its structured fields are for programs).
+struct MessageOnly;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for MessageOnly
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        struct Message<'a, 'w>(
+            &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+            std::fmt::Result,
+        );
+        impl tracing::field::Visit for Message<'_, '_> {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.1 = write!(self.0, "{v:?}");
+                }
+            }
+        }
+        w.write_str("redis-lease: ")?;
+        let mut m = Message(&mut w, Ok(()));
+        event.record(&mut m);
+        m.1?;
+        writeln!(w)
+    }
+}

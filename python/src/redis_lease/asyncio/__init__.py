@@ -1,19 +1,34 @@
 """The same API as :mod:`redis_lease`, on ``redis.asyncio``::
 
-    import redis.asyncio as redis
-    from redis_lease.asyncio import RwLock
+import redis.asyncio as redis
+from redis_lease.asyncio import RwLock
 
-    lock = RwLock(redis.Redis(), "orders", ttl=5.0)
-    async with lock.write(timeout=10.0) as guard:
-        guard.token, guard.lost   # lost is an asyncio.Event
+lock = RwLock(redis.Redis(), "orders", ttl=5.0)
+async with lock.write(timeout=10.0) as guard:
+    guard.token, guard.lost   # lost is an asyncio.Event
 """
 
-from ..errors import Deadlock, Fenced, LeaseError, LeaseLost, LockGone, LossReason, NotAcquired, ProtocolError, Unavailable
-from ..replies import Holder, LeaderInfo, LockInfo, SemaphoreInfo
+from ..errors import (
+    Deadlock,
+    Fenced,
+    LeaseError,
+    LeaseLost,
+    LimitMismatch,
+    LockGone,
+    LossReason,
+    ModuleNotLoaded,
+    NotAcquired,
+    PermitsMismatch,
+    ProtocolError,
+    TtlTooLong,
+    Unavailable,
+)
+from ..replies import ElectionInfo, Holder, LeaderInfo, LockInfo, SemaphoreInfo, Waiting
 from ..retry import RetryPolicy
+from ..timing import LeaseTiming
 from .connector import Connector
 from .guards import Acquiring, Guard, Leadership, LockGuard, SemaphoreGuard
-from .leader import LeaderElector, LeaderObserver, current_leader
+from .leader import LeaderElector, LeaderObserver, current_leader, election_info
 from .lock import RwLock
 from .semaphore import Semaphore
 
@@ -21,6 +36,7 @@ __all__ = [
     "Acquiring",
     "Connector",
     "Deadlock",
+    "ElectionInfo",
     "Fenced",
     "Guard",
     "Holder",
@@ -30,17 +46,24 @@ __all__ = [
     "Leadership",
     "LeaseError",
     "LeaseLost",
+    "LeaseTiming",
+    "LimitMismatch",
     "LockGone",
     "LockGuard",
     "LockInfo",
     "LossReason",
+    "ModuleNotLoaded",
     "NotAcquired",
+    "PermitsMismatch",
     "ProtocolError",
     "RetryPolicy",
     "RwLock",
     "Semaphore",
     "SemaphoreGuard",
     "SemaphoreInfo",
+    "TtlTooLong",
     "Unavailable",
+    "Waiting",
     "current_leader",
+    "election_info",
 ]

@@ -6,6 +6,7 @@ Sentinel ``master_for(...)``), and the driver that runs the generators of
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
@@ -14,6 +15,7 @@ from redis import exceptions as rx
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
+from ..errors import LeaseError, typed_reply_error
 from ..protocol import Call, Failed, Machine, Sleep
 from ..routing import Address, keyspace_channel, redirection, tuned_kwargs
 
@@ -29,7 +31,6 @@ class Connector:
     """Connections of this package's own (see :class:`redis_lease.Connector`), on asyncio.
     Use it from one event loop."""
 
-
     def __init__(self, client: Any, command_timeout: float = 2.0) -> None:
         if isinstance(client, Connector):
             raise TypeError("already a Connector")
@@ -37,6 +38,7 @@ class Connector:
         self.command_timeout = command_timeout
         self.is_cluster = isinstance(client, RedisCluster)
         self._idle: Dict[Address, List[Any]] = {}
+        self._pid = os.getpid()
         self._moved: Dict[int, Tuple[str, int]] = {}
         self._refresh = False
 
@@ -83,13 +85,24 @@ class Connector:
                 kw.pop("maint_notifications_pool_handler", None)
         return cls(**kw)
 
+    def _forked(self) -> None:
+        """In a child made by ``fork``: forgets the parent's idle connections without touching
+        them (see :class:`redis_lease.Connector`)."""
+        if self._pid != os.getpid():
+            self._idle = {}
+            self._pid = os.getpid()
+
     def _take(self, addr: Address) -> Any:
+        self._forked()
         idle = self._idle.get(addr)
         if idle:
             return idle.pop()
         return self.new_connection(addr)
 
     async def _put(self, addr: Address, conn: Any) -> None:
+        self._forked()
+        if getattr(conn, "pid", self._pid) != self._pid:
+            return  # made before a fork, in the parent: not ours to reuse or close
         idle = self._idle.setdefault(addr, [])
         if len(idle) < MAX_IDLE:
             idle.append(conn)
@@ -97,6 +110,7 @@ class Connector:
             await conn.disconnect()
 
     async def close(self) -> None:
+        self._forked()
         idle, self._idle = self._idle, {}
         for conns in idle.values():
             for c in conns:
@@ -142,7 +156,7 @@ class Connector:
                     else:
                         self._moved[red.slot] = (red.host, red.port)
                     continue
-                if not isinstance(r.error, rx.ResponseError):
+                if not isinstance(r.error, (rx.ResponseError, LeaseError)):  # a reply: the route was right
                     self._refresh = True
             return r
         return r
@@ -161,7 +175,9 @@ class Connector:
             await asyncio.wait_for(conn.connect(), bound)
         except (rx.RedisError, OSError, asyncio.TimeoutError) as e:
             await conn.disconnect(nowait=True)
-            return Failed(rx.TimeoutError("connect timed out") if isinstance(e, asyncio.TimeoutError) else e, sent=False)
+            return Failed(
+                rx.TimeoutError("connect timed out") if isinstance(e, asyncio.TimeoutError) else e, sent=False
+            )
         except BaseException:
             await conn.disconnect(nowait=True)
             raise
@@ -179,7 +195,7 @@ class Connector:
             value = await asyncio.wait_for(conn.read_response(), left())
         except rx.ResponseError as e:
             await self._put(addr, conn)
-            return Failed(e)
+            return Failed(typed_reply_error(e, f"{conn.host}:{conn.port}", call.args))
         except (rx.RedisError, OSError, asyncio.TimeoutError) as e:
             # A connection that timed out may still have the request parked in the server:
             # closing it makes the server drop the waiter.

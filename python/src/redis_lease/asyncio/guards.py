@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Set, Type, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Generator, List, Optional, Set, Type, TypeVar
 
 from .. import protocol
-from ..errors import Fenced, LeaseLost, LossReason
-from ..spec import Spec
+from ..errors import Fenced, LeaseLost, LossReason, ProtocolError
+from ..notify import OnLost, announce
+from ..spec import Spec, check_timeout
 from .connector import Connector
 
 G = TypeVar("G", bound="Guard")
@@ -35,11 +36,14 @@ class LeaseState:
     """What a guard and its watchdog share (never the guard itself, so a guard dropped without
     release can be collected and then released)."""
 
-    def __init__(self, valid_until: float) -> None:
+    def __init__(self, valid_until: float, key: Any, token: int) -> None:
         self.valid_until = valid_until
         self.reason: Optional[LossReason] = None
         self.lost = asyncio.Event()
         self.stop = asyncio.Event()
+        self.key = key
+        self.token = token
+        self.callbacks: List[OnLost] = []
 
     def publish(self, bound: Optional[float], reason: Optional[LossReason]) -> None:
         if self.lost.is_set() or self.stop.is_set():
@@ -50,6 +54,7 @@ class LeaseState:
         self.reason = reason or LossReason.FAILED
         self.lost.set()
         self.stop.set()
+        announce(self.key, self.token, self.reason, self.callbacks)
 
     def expire_if_due(self) -> None:
         if not self.lost.is_set() and time.monotonic() >= self.valid_until:
@@ -98,8 +103,12 @@ class Guard:
         self.key: Any = spec.key
         self.owner: str = kind.release[2]
         self.token: int = grant.token
-        self._state = LeaseState(spec.timing.valid_until(grant.sent))
-        dog = protocol.watchdog(kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish)
+        self.raise_on_lost: bool = spec.raise_on_lost
+        self._holds = 1  # holds of this guard's owner on the server (2 after an upgrade)
+        self._state = LeaseState(spec.timing.valid_until(grant.sent), spec.key, grant.token)
+        dog = protocol.watchdog(
+            kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish
+        )
         self._task = spawn(_watch(conn, dog, self._state))
 
     @property
@@ -128,6 +137,14 @@ class Guard:
         if not self.held:
             raise LeaseLost(self.reason or LossReason.RELEASED)
 
+    def on_lost(self, callback: OnLost) -> None:
+        """Calls ``callback(reason)`` once when the lease is lost (at once if it is already),
+        on the event loop. Not called on release."""
+        if self._state.lost.is_set():
+            callback(self._state.reason or LossReason.FAILED)
+        else:
+            self._state.callbacks.append(callback)
+
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Waits until the lease is lost (or released) or ``timeout`` passes; answers whether
         it is no longer held."""
@@ -154,7 +171,10 @@ class Guard:
         await self._stop_watchdog()
         if self._state.lost.is_set() and not self._release_when_lost:
             return False
-        return await _release(self._conn, self._kind, self._sweep, self._spec) > 0
+        n = 0
+        for _ in range(1 if self._sweep else self._holds):
+            n += await _release(self._conn, self._kind, self._sweep, self._spec)
+        return n > 0
 
     async def _stop_watchdog(self) -> None:
         # Cancelled mid-renewal, its connection is closed rather than left to the idle pool.
@@ -196,11 +216,19 @@ class Guard:
     async def __aexit__(
         self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
+        # Lost during the block? (released inside it: not a loss) See redis_lease.Guard.
+        lost = not self._released and not self.held
         try:
             await self.release()
         except Exception:
             if et is None:
                 raise
+        if lost and et is None and self.raise_on_lost:
+            raise LeaseLost(
+                self._state.reason or LossReason.FAILED,
+                f"the lease on {self.key!r} (token {self.token}) was lost during the async with block: "
+                f"{self._state.reason}",
+            )
 
     def __del__(self) -> None:
         try:
@@ -231,6 +259,56 @@ class LockGuard(Guard):
     @property
     def _fences_writes(self) -> bool:
         return self.mode == "write"
+
+    async def upgrade(self, timeout: Optional[float] = None) -> bool:
+        """Upgrades to the write lock without letting go of the read hold (see
+        :meth:`redis_lease.LockGuard.upgrade`). Answers whether it is now a write guard."""
+        if self.mode == "write":
+            return True
+        self.check()
+        kind = protocol.lock_kind(self.key, self.owner, "write", self._spec.timing.ttl_ms, self._kind.generated)
+        acq = protocol.Acquisition(
+            kind, self._spec.timing, self._spec.retry, self._spec.command_timeout, check_timeout(timeout)
+        )
+        try:
+            grant = await self._conn.run(acq.run())
+        except BaseException:
+            if acq.armed:
+                self._sweep = True  # a write hold may exist: the release gives back every hold
+            raise
+        if grant is None:
+            return False
+        self._holds += 1
+        self._sweep = self._sweep or grant.sweep
+        self._kind = kind
+        self.mode = "write"
+        self.token = self._state.token = grant.token
+        return True
+
+    async def downgrade(self) -> None:
+        """Turns a write guard into a read guard without letting go in between (see
+        :meth:`redis_lease.LockGuard.downgrade`)."""
+        if self.mode == "read":
+            return
+        self.check()
+        spec = self._spec
+        kind = protocol.lock_kind(self.key, self.owner, "read", spec.timing.ttl_ms, self._kind.generated)
+        if self._holds < 2:
+            acq = protocol.Acquisition(kind, spec.timing, spec.retry, spec.command_timeout, 0)
+            try:
+                grant = await self._conn.run(acq.run())
+            except BaseException:
+                if acq.armed:
+                    self._sweep = True
+                raise
+            if grant is None:
+                raise ProtocolError(f"a writer's read request on {self.key!r} was refused")
+            self._holds += 1
+        # UNLOCK gives back the owner's write hold first.
+        await self._conn.run(protocol.release(self._kind, False, spec.release_policy(), spec.command_timeout))
+        self._holds -= 1
+        self._kind = kind
+        self.mode = "read"
 
 
 class Leadership(Guard):
@@ -271,16 +349,33 @@ async def acquire(
         raise
 
 
-class Acquiring(Generic[G]):
-    """What ``lock.write()`` and friends answer: ``await`` it for the guard, or use it as
-    ``async with lock.write() as guard:`` (released on exit)."""
+class Acquiring(Coroutine[Any, Any, G]):
+    """What ``lock.write()`` and friends answer: ``await`` it for the guard, hand it to
+    ``asyncio.create_task`` (it is a coroutine), or use it as ``async with lock.write() as
+    guard:`` (released on exit). Nothing is sent until one of these starts it."""
 
-    def __init__(self, start: Callable[[], Awaitable[G]]) -> None:
+    def __init__(self, start: Callable[[], Coroutine[Any, Any, G]]) -> None:
         self._start = start
+        self._coro: Optional[Coroutine[Any, Any, G]] = None
         self._guard: Optional[G] = None
 
+    def _started(self) -> Coroutine[Any, Any, G]:
+        if self._coro is None:
+            self._coro = self._start()
+        return self._coro
+
     def __await__(self) -> Generator[Any, None, G]:
-        return self._start().__await__()
+        return self._started().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._started().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._started().throw(*args)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
 
     async def __aenter__(self) -> G:
         self._guard = await self._start()

@@ -24,6 +24,16 @@ async def current_leader(
     return replies.leader_info(await connector.run(protocol.query_retry(call, None, retry or RetryPolicy())))
 
 
+async def election_info(
+    client: Any, key: Any, command_timeout: float = 2.0, retry: Optional[RetryPolicy] = None
+) -> replies.ElectionInfo:
+    """``LEADER.INFO key`` (see :func:`redis_lease.election_info`)."""
+    call = protocol.Call(("LEADER.INFO", key), command_timeout)
+    return replies.election_info(
+        await Connector.of(client).run(protocol.query_retry(call, None, retry or RetryPolicy()))
+    )
+
+
 class LeaderElector:
     """``async with LeaderElector(r, "scheduler", ttl=5.0).leadership() as lead: ...``
     (see :class:`redis_lease.LeaderElector`)."""
@@ -38,9 +48,10 @@ class LeaderElector:
         renew_every: Optional[float] = None,
         retry: Optional[RetryPolicy] = None,
         command_timeout: float = 2.0,
+        raise_on_lost: bool = True,
     ) -> None:
         self.connector = Connector.of(client)
-        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout)
+        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout, raise_on_lost)
         #: The caller's candidate id; None: a fresh UUIDv4 per campaign (per Leadership).
         self.candidate: Optional[str] = candidate
 
@@ -51,7 +62,11 @@ class LeaderElector:
     async def campaign(self, timeout: Optional[float] = None) -> Optional[Leadership]:
         kind = self.spec.leader_kind()
         return await acquire(
-            self.connector, self.spec, kind, check_timeout(timeout), lambda g: Leadership(self.connector, self.spec, kind, g)
+            self.connector,
+            self.spec,
+            kind,
+            check_timeout(timeout),
+            lambda g: Leadership(self.connector, self.spec, kind, g),
         )
 
     def leadership(self, timeout: Optional[float] = None) -> Acquiring[Leadership]:
@@ -87,7 +102,9 @@ class LeaderObserver:
     """Follows who leads an election without polling (see :class:`redis_lease.LeaderObserver`).
     Start it with ``await LeaderObserver.start(r, key)`` (or ``async with``)."""
 
-    def __init__(self, connector: Connector, key: Any, configure: bool, retry: RetryPolicy, command_timeout: float) -> None:
+    def __init__(
+        self, connector: Connector, key: Any, configure: bool, retry: RetryPolicy, command_timeout: float
+    ) -> None:
         self.connector = connector
         self.key = key
         self._configure = configure
@@ -158,7 +175,9 @@ class LeaderObserver:
     async def __aenter__(self) -> "LeaderObserver":
         return self
 
-    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+    async def __aexit__(
+        self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         await self.close()
 
     async def _subscribe(self) -> Any:

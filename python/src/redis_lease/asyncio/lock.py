@@ -30,9 +30,10 @@ class RwLock:
         renew_every: Optional[float] = None,
         retry: Optional[RetryPolicy] = None,
         command_timeout: float = 2.0,
+        raise_on_lost: bool = True,
     ) -> None:
         self.connector = Connector.of(client)
-        self.spec = Spec.of(key, ttl, owner, renew_every, retry, command_timeout)
+        self.spec = Spec.of(key, ttl, owner, renew_every, retry, command_timeout, raise_on_lost)
 
     @property
     def key(self) -> Any:
@@ -43,7 +44,11 @@ class RwLock:
         once). Answers None if not granted in time."""
         kind = self.spec.lock_kind(mode)
         return await acquire(
-            self.connector, self.spec, kind, check_timeout(timeout), lambda g: LockGuard(self.connector, self.spec, kind, g, mode)
+            self.connector,
+            self.spec,
+            kind,
+            check_timeout(timeout),
+            lambda g: LockGuard(self.connector, self.spec, kind, g, mode),
         )
 
     async def _must(self, mode: str, timeout: Optional[float]) -> LockGuard:

@@ -8,7 +8,7 @@
 use std::ffi::CStr;
 
 use redis_lease_core::{
-    Changes, DropReason, Effect, Env, Grants, Keyed, Kind, Lock, Mode, Tokens, Waiter,
+    Changes, DropReason, Effect, Env, Grants, Keyed, Kind, Lock, Mode, RwLock, Tokens, Waiter,
 };
 
 use crate::clock;
@@ -204,6 +204,105 @@ where
     Ok(Some(out))
 }
 
+/// The same path for several read-write lock keys of one command (RWLOCK.MLOCK, MUNLOCK,
+/// MRENEW, a parked multi-key request's grant): every key's value found (or made, with
+/// `Open::Create`; a missing one is an empty lock that is not kept), its index entry made
+/// sure of and its departed waiters taken out, then one core operation over all of them with
+/// one clock and token source (grants held if any key's are), then each key committed.
+/// WRONGTYPE before anything is made.
+pub fn decide_many<T>(
+    mut keys: Vec<Key>,
+    open: Open,
+    origin: Origin,
+    op: impl FnOnce(&mut [&mut Stored<RwLock>], &mut Env) -> (Vec<Changes>, T),
+) -> Result<T, WrongType> {
+    for key in &keys {
+        key.peek::<Stored<RwLock>>()?;
+    }
+    let mut before = Vec::with_capacity(keys.len());
+    let mut places: Vec<(i32, &[u8])> = Vec::with_capacity(keys.len());
+    for key in &mut keys {
+        let db = key.ctx().db();
+        let name = key.name().bytes();
+        places.push((db, name));
+        let v = match open {
+            Open::Create => {
+                let (v, created) = key.value_or_create::<Stored<RwLock>>(Stored::default)?;
+                if created {
+                    state::count_key(1);
+                }
+                Some(v)
+            }
+            Open::Existing => key.value::<Stored<RwLock>>()?,
+        };
+        before.push(v.map_or(0, |v| {
+            ensure_slot(v, db, name);
+            v.core.lock().holder_count()
+        }));
+    }
+    let (now, round_up) = clock::now();
+    let mut spare: Vec<Stored<RwLock>> = (0..keys.len()).map(|_| Stored::default()).collect();
+    let mut values: Vec<&mut Stored<RwLock>> = Vec::with_capacity(keys.len());
+    for (key, s) in keys.iter_mut().zip(spare.iter_mut()) {
+        match key.value::<Stored<RwLock>>() {
+            Ok(Some(v)) => values.push(v),
+            _ => values.push(s),
+        }
+    }
+    let slots: Vec<Slot> = values.iter().map(|v| v.slot).collect();
+    let (mut tokens, mut quiet, cancels, suspect) = state::with(move |s| {
+        let suspect = holdback::suspect(s, now);
+        let quiet = s.quarantine_until == 0 && s.evicted.is_empty();
+        let cancels: Vec<Vec<u64>> = slots
+            .iter()
+            .map(|sl| {
+                if sl.is_none() {
+                    Vec::new()
+                } else {
+                    s.waiters.take_cancels_of(*sl)
+                }
+            })
+            .collect();
+        (s.tokens, quiet, cancels, suspect)
+    });
+    let stall = suspect.then(|| {
+        let mono = server::monotonic_ms();
+        state::with(move |s| holdback::ran(s, mono))
+    });
+    if let Some(gap) = stall.flatten() {
+        holdback::stalled(gap);
+        quiet = false;
+    }
+    let held = !quiet
+        && places
+            .iter()
+            .any(|(db, n)| holdback::grants(*db, n) == Grants::Held);
+    let alive = waiters::alive;
+    let mut env = Env {
+        now,
+        round_up,
+        tokens: &mut tokens,
+        alive: &alive,
+        grants: if held { Grants::Held } else { Grants::Open },
+    };
+    let mut pre: Vec<Changes> = Vec::with_capacity(values.len());
+    for (v, ids) in values.iter_mut().zip(cancels) {
+        let mut c = Changes::default();
+        for id in ids {
+            c.append(v.core.cancel(id, &mut env).0);
+        }
+        pre.push(c);
+    }
+    let (changes, out) = op(&mut values, &mut env);
+    drop(values);
+    state::with(move |s| s.tokens = tokens);
+    for (((key, b), mut c), more) in keys.into_iter().zip(before).zip(pre).zip(changes) {
+        c.append(more);
+        commit::<RwLock>(key, b, c, origin);
+    }
+    Ok(out)
+}
+
 /// Puts `waiting` (taken out of this name's key earlier, by a reload) back in the key's queue
 /// by arrival, then serves who can be served.
 pub fn requeue<K: Keyed>(key: Key, waiting: Vec<Waiter>)
@@ -301,7 +400,7 @@ fn event(kind: Kind, e: &Effect) -> Option<&'static CStr> {
         (Semaphore, Take { .. }) => c"semaphore.acquire",
         (Semaphore, Release { .. }) => c"semaphore.release",
         (Semaphore, Drop { .. }) => c"semaphore.lapse",
-        (_, Renew { .. } | Limit { .. } | Grant { .. } | Take { .. }) => return None,
+        (_, Renew { .. } | Limit { .. } | Grant { .. } | Take { .. } | Cap { .. }) => return None,
     })
 }
 
@@ -328,7 +427,7 @@ fn count(kind: Kind, effects: &[Effect]) {
                 },
             ) => t.lapses += 1,
             (_, Effect::Drop { .. }) => t.resignations += 1,
-            (_, Effect::Limit { .. }) => {}
+            (_, Effect::Limit { .. } | Effect::Cap { .. }) => {}
         }
     }
     state::with(move |s| s.stats.add_effects(&t));
@@ -379,6 +478,14 @@ where
         }
     }
     waiters::answer_changes(&changes);
+    if !changes.ready.is_empty() {
+        // Multi-key requests at the head here: granted by the entry point's `groups::drain`,
+        // or by the timer, armed for now in case this entry point does not drain.
+        let ready = changes.ready;
+        state::with(move |s| s.waiters.push_ready(&ready));
+        state::set_ready(true);
+        schedule::arm(clock::now_ms());
+    }
     settle::<K>(key);
 }
 

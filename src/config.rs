@@ -21,6 +21,9 @@ pub static MAX_ID_LENGTH: AtomicI64 = AtomicI64::new(DEFAULT_MAX_ID_LENGTH);
 /// many ms (0: off); while it is set, it is also the longest lease.
 pub static QUARANTINE: AtomicI64 = AtomicI64::new(0);
 
+/// The longest any hold may last from its first grant, renewals included (0: no cap); a
+/// request's `MAXHOLD` can only make it shorter.
+pub static MAX_HOLD: AtomicI64 = AtomicI64::new(0);
 /// Each lapse writes a notice line to the server log (else a verbose one).
 pub static LOG_LAPSES: AtomicBool = AtomicBool::new(false);
 
@@ -50,6 +53,16 @@ pub fn max_id_length() -> usize {
 
 pub fn quarantine_ms() -> u64 {
     get(&QUARANTINE)
+}
+
+/// The cap for a request that asked for `asked` ms (0: none): the smaller of it and
+/// `lease.max-hold`, 0 when neither is set.
+pub fn max_hold(asked: u64) -> u64 {
+    match (get(&MAX_HOLD), asked) {
+        (0, a) => a,
+        (m, 0) => m,
+        (m, a) => m.min(a),
+    }
 }
 
 pub fn log_lapses() -> bool {

@@ -20,10 +20,11 @@ use crate::wire::{self, Arg, Word};
 use crate::{config, holdback, schedule, state, validate};
 
 /// RDB encoding version of every type. A value: last token, (a semaphore's limit), then each
-/// holder as (owner, reads, writes, deadline ms since epoch, token) (versions 1 and 2). The
+/// holder as (owner, reads, writes, deadline ms since epoch, token) (versions 1 and 2), and
+/// from version 3 its cap (ms since epoch, 0: none) after the token. The
 /// data set's own record (the lock type's aux data): the token high-water mark (version 1),
 /// then the evicted names whose grants are held back, as (db, name, until) (version 2).
-pub const ENCVER: i32 = 2;
+pub const ENCVER: i32 = 3;
 
 pub static RWLOCK_TYPE: RedisType = RedisType::new("lease-rwl", ENCVER, methods::<RwStored>(true));
 pub static ELECTION_TYPE: RedisType =
@@ -65,7 +66,7 @@ fn size_class(n: usize) -> usize {
     n.div_ceil(spacing) * spacing
 }
 
-fn load_lock(io: &mut Io, kind: Kind) -> Option<Lock> {
+fn load_lock(io: &mut Io, kind: Kind, encver: i32) -> Option<Lock> {
     let last = io.load_u64().ok()?;
     let limit = if kind == Kind::Semaphore {
         u32::try_from(io.load_u64().ok()?).ok()?
@@ -82,6 +83,7 @@ fn load_lock(io: &mut Io, kind: Kind) -> Option<Lock> {
             writes: count(io.load_u64().ok()?)?,
             deadline: io.load_u64().ok()?,
             token: io.load_u64().ok()?,
+            cap: if encver >= 3 { io.load_u64().ok()? } else { 0 },
         };
         if holds.iter().any(|(o, _)| *o == owner) {
             return None;
@@ -115,6 +117,7 @@ fn save_lock(lock: &Lock, kind: Kind) -> Vec<Field<'_>> {
             Field::U64(h.hold.writes.into()),
             Field::U64(h.hold.deadline),
             Field::U64(h.hold.token),
+            Field::U64(h.hold.cap),
         ]);
     }
     out
@@ -125,7 +128,7 @@ impl<K: Saved> DataType for Stored<K> {
         if !(1..=ENCVER).contains(&encver) {
             return None;
         }
-        let lock = load_lock(io, K::KIND)?;
+        let lock = load_lock(io, K::KIND, encver)?;
         let mut v = Stored::<K>::default();
         *v.core.lock_mut() = lock;
         let last = v.core.lock().last_token();

@@ -28,7 +28,7 @@ pub fn write(out: &mut Section) {
     } else {
         0.0
     };
-    let ints: [(&CStr, u64); 30] = [
+    let ints: [(&CStr, u64); 31] = [
         (c"keys", state::keys().max(0) as u64),
         (c"holders", state::holders().max(0) as u64),
         (c"waiters", waiting as u64),
@@ -55,6 +55,7 @@ pub fn write(out: &mut Section) {
         (c"lobby_waiters", holdback::waiting() as u64),
         (c"evictions", s.evictions),
         (c"stalls", s.stalls),
+        (c"deadlocks", s.deadlocks),
         (c"floor_held_slots", crate::floor::held_slots() as u64),
         (c"floor_holds_ended", s.floor_holds_ended),
         (c"floor_holds_expired", s.floor_holds_expired),

@@ -49,6 +49,7 @@ mod waiters;
 mod commit;
 mod reopen;
 mod visit;
+mod waitgraph;
 
 mod apply;
 mod commands;
@@ -105,6 +106,7 @@ mod module {
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, 100_000_000, ConfigurationFlags::DEFAULT, None],
                 ["max-id-length", &MAX_ID_LENGTH, DEFAULT_MAX_ID_LENGTH, 1, ID_LENGTH_CEILING, ConfigurationFlags::DEFAULT, None],
                 ["quarantine", &QUARANTINE, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| holdback::quarantine_set()))],
+                ["max-hold", &MAX_HOLD, 0, 0, i64::MAX / 4, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [

@@ -18,6 +18,8 @@ pub struct Options {
     pub wait: Wait,
     /// `PERMITS n` (semaphores only; 1 when absent).
     pub permits: u32,
+    /// `MAXHOLD ms`: the most ms the hold may last from its first grant (0 when absent).
+    pub max_hold: u64,
 }
 
 /// The longest WAIT accepted (about 30 years).
@@ -87,24 +89,48 @@ fn wait_ms(value: &[u8]) -> Result<u64, String> {
     }
 }
 
-/// The options after the fixed arguments: `[WAIT ms]`, and `[PERMITS n]` (1 to `limit`)
-/// where `limit` is given (semaphores). Each may be given once, in any order.
+/// A `MAXHOLD` value: an integer from 1 to `MAX_WAIT_MS` ms.
+fn max_hold(value: &[u8]) -> Result<u64, String> {
+    match integer(value) {
+        Some(n) if n >= 1 && n as u64 <= MAX_WAIT_MS => Ok(n as u64),
+        _ => Err(format!(
+            "ERR MAXHOLD must be an integer from 1 to {MAX_WAIT_MS} ms, got '{}'",
+            quoted(value)
+        )),
+    }
+}
+
+/// The options after the fixed arguments: `[WAIT ms]`, `[MAXHOLD ms]`, and `[PERMITS n]`
+/// (1 to `limit`) where `limit` is given (semaphores). Each may be given once, in any order.
 pub fn options(rest: &[&[u8]], limit: Option<u32>) -> Result<Options, String> {
     let mut out = Options {
         wait: Wait::No,
         permits: 1,
+        max_hold: 0,
     };
-    let (mut seen_wait, mut seen_permits) = (false, false);
+    let (mut seen_wait, mut seen_permits, mut seen_max) = (false, false, false);
     let mut i = 0;
     while i < rest.len() {
         let name = rest[i];
+        if name.eq_ignore_ascii_case(b"MAXHOLD") {
+            if seen_max {
+                return Err("ERR MAXHOLD given more than once".into());
+            }
+            seen_max = true;
+            let Some(value) = rest.get(i + 1) else {
+                return Err("ERR MAXHOLD needs a value in ms".into());
+            };
+            out.max_hold = max_hold(value)?;
+            i += 2;
+            continue;
+        }
         let is_wait = name.eq_ignore_ascii_case(b"WAIT");
         let is_permits = limit.is_some() && name.eq_ignore_ascii_case(b"PERMITS");
         if !is_wait && !is_permits {
             let known = if limit.is_some() {
-                "WAIT ms and PERMITS n"
+                "WAIT ms, MAXHOLD ms and PERMITS n"
             } else {
-                "WAIT ms"
+                "WAIT ms and MAXHOLD ms"
             };
             return Err(format!(
                 "ERR unknown option '{}' (the options are {known})",
@@ -142,6 +168,47 @@ pub fn options(rest: &[&[u8]], limit: Option<u32>) -> Result<Options, String> {
     }
     Ok(out)
 }
+
+/// The options of `RWLOCK.MLOCK`: `[READ]` (once, anywhere among them), then as
+/// [`options`] for a lock. True with `READ`.
+pub fn multi_options(rest: &[&[u8]]) -> Result<(bool, Options), String> {
+    let mut read = false;
+    let mut others: Vec<&[u8]> = Vec::with_capacity(rest.len());
+    let mut i = 0;
+    while i < rest.len() {
+        if rest[i].eq_ignore_ascii_case(b"READ") {
+            if read {
+                return Err("ERR READ given more than once".into());
+            }
+            read = true;
+            i += 1;
+            continue;
+        }
+        // An option and its value, kept together (a value may read "READ").
+        others.extend(rest[i..].iter().take(2));
+        i += 2;
+    }
+    Ok((read, options(&others, None)?))
+}
+
+/// The key count of a multi-key command: 1 to `MAX_KEYS`, and no more than the arguments left.
+pub fn numkeys(bytes: &[u8], available: usize) -> Result<usize, String> {
+    match integer(bytes) {
+        Some(n) if n >= 1 && n as u64 <= MAX_KEYS as u64 && n as usize <= available => {
+            Ok(n as usize)
+        }
+        Some(n) if n >= 1 && n as u64 <= MAX_KEYS as u64 => Err(format!(
+            "ERR numkeys is {n} but only {available} arguments follow it"
+        )),
+        _ => Err(format!(
+            "ERR numkeys must be an integer from 1 to {MAX_KEYS}, got '{}'",
+            quoted(bytes)
+        )),
+    }
+}
+
+/// The most keys one multi-key command takes.
+pub const MAX_KEYS: usize = 64;
 
 /// The options of a lock or election request: `[WAIT ms]`.
 #[cfg(test)]
@@ -209,6 +276,27 @@ mod tests {
         assert_eq!(limit(b"1"), Ok(1));
         assert!(limit(b"0").is_err());
         assert!(limit(b"2147483648").is_err());
+    }
+
+    #[test]
+    fn max_hold_and_multi_options() {
+        assert_eq!(options(&[b"MAXHOLD", b"500"], None).unwrap().max_hold, 500);
+        assert_eq!(options(&[], None).unwrap().max_hold, 0);
+        assert!(options(&[b"MAXHOLD", b"0"], None).is_err());
+        assert!(options(&[b"MAXHOLD"], None)
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(options(&[b"maxhold", b"1", b"MAXHOLD", b"2"], None).is_err());
+        let (read, o) = multi_options(&[b"WAIT", b"10", b"read", b"MAXHOLD", b"9"]).unwrap();
+        assert!(read);
+        assert_eq!((o.wait, o.max_hold), (Wait::Ms(10), 9));
+        assert!(!multi_options(&[]).unwrap().0);
+        assert!(multi_options(&[b"READ", b"READ"]).is_err());
+        assert!(multi_options(&[b"PERMITS", b"1"]).is_err());
+        assert_eq!(numkeys(b"2", 4), Ok(2));
+        assert!(numkeys(b"0", 4).is_err());
+        assert!(numkeys(b"65", 100).is_err());
+        assert!(numkeys(b"5", 4).unwrap_err().contains("only 4"));
     }
 
     #[test]

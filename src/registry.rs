@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use redis_lease_core::{Ms, Waiter};
+use redis_lease_core::{Id, Mode, Ms, Waiter};
 
 use crate::index::Slot;
 
@@ -14,9 +14,26 @@ pub type Client = usize;
 #[derive(Debug)]
 pub struct Rec {
     pub client: Client,
-    /// The key it waits on.
+    /// The key it waits on (a multi-key request: its first key).
     pub slot: Slot,
     pub since: Ms,
+    /// Who waits (for the wait-for graph).
+    pub owner: Id,
+    /// A multi-key request's other keys.
+    pub more: Vec<Slot>,
+}
+
+/// A parked multi-key request: what granting it needs besides its queued waiters.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub db: i32,
+    /// Its keys, in the request's order.
+    pub names: Vec<Box<[u8]>>,
+    pub owner: Id,
+    pub mode: Mode,
+    pub ttl: u64,
+    pub max_hold: u64,
+    pub until: Option<Ms>,
 }
 
 /// Waiters whose key went away; what becomes of them depends on why (a flush answers them
@@ -33,11 +50,17 @@ pub struct Registry {
     next_id: u64,
     by_id: HashMap<u64, Rec>,
     by_client: HashMap<Client, u64>,
+    /// The waiting ids of each owner (for the wait-for graph).
+    by_owner: HashMap<Id, Vec<u64>>,
     /// Waiters that left (disconnected) but are still in their key's queue: taken out the
     /// next time the key is touched where replication is allowed.
     cancels: Vec<(Slot, u64)>,
     /// Waiters of keys that were just deleted, flushed or evicted.
     orphans: Vec<Orphans>,
+    /// The parked multi-key requests, by waiter id.
+    groups: HashMap<u64, Group>,
+    /// Multi-key requests a key reported ready (see `groups::drain`).
+    ready: Vec<u64>,
 }
 
 impl Registry {
@@ -49,7 +72,22 @@ impl Registry {
 
     pub fn insert(&mut self, id: u64, rec: Rec) {
         self.by_client.insert(rec.client, id);
+        self.by_owner.entry(rec.owner.clone()).or_default().push(id);
         self.by_id.insert(id, rec);
+    }
+
+    fn unindex_owner(&mut self, id: u64, owner: &Id) {
+        if let Some(ids) = self.by_owner.get_mut(owner) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.by_owner.remove(owner);
+            }
+        }
+    }
+
+    /// The waiting ids of `owner`.
+    pub fn ids_of_owner(&self, owner: &Id) -> &[u64] {
+        self.by_owner.get(owner).map_or(&[], |v| v.as_slice())
     }
 
     pub fn contains(&self, id: u64) -> bool {
@@ -64,6 +102,15 @@ impl Registry {
     pub fn remove(&mut self, id: u64) -> Option<Rec> {
         let rec = self.by_id.remove(&id)?;
         self.by_client.remove(&rec.client);
+        self.unindex_owner(id, &rec.owner);
+        self.groups.remove(&id);
+        // A multi-key request's other queues drop it the next time each is touched.
+        for s in &rec.more {
+            self.cancels.push((*s, id));
+        }
+        if !rec.more.is_empty() {
+            self.cancels.push((rec.slot, id));
+        }
         Some(rec)
     }
 
@@ -71,8 +118,37 @@ impl Registry {
     pub fn leave(&mut self, client: Client) -> Option<(u64, Rec)> {
         let id = self.by_client.remove(&client)?;
         let rec = self.by_id.remove(&id)?;
+        self.unindex_owner(id, &rec.owner);
+        self.groups.remove(&id);
         self.cancels.push((rec.slot, id));
+        for s in &rec.more {
+            self.cancels.push((*s, id));
+        }
         Some((id, rec))
+    }
+
+    /// Waiter `id` (parked) is a multi-key request.
+    pub fn add_group(&mut self, id: u64, g: Group) {
+        if self.by_id.contains_key(&id) {
+            self.groups.insert(id, g);
+        }
+    }
+
+    pub fn group(&self, id: u64) -> Option<&Group> {
+        self.groups.get(&id)
+    }
+
+    /// Multi-key requests some key reported ready.
+    pub fn push_ready(&mut self, ids: &[u64]) {
+        self.ready.extend(
+            ids.iter()
+                .copied()
+                .filter(|id| self.groups.contains_key(id)),
+        );
+    }
+
+    pub fn pop_ready(&mut self) -> Option<u64> {
+        self.ready.pop()
     }
 
     /// Waiter `id` moved to another key entry (its key was parked while grants are held).

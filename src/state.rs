@@ -41,6 +41,8 @@ pub struct Stats {
     /// Times the server was found to have stopped running (SIGSTOP, a paused VM, a long
     /// blocking command, a forward clock step) for longer than the stall bound.
     pub stalls: u64,
+    /// Requests refused because their wait would have closed a cycle of waits.
+    pub deadlocks: u64,
     /// Grants held on an importing slot that opened when its source's token mark arrived,
     /// and that opened after waiting the longest (no mark came).
     pub floor_holds_ended: u64,
@@ -114,6 +116,18 @@ pub fn with<T>(f: impl FnOnce(&mut Shell) -> T + Send) -> T {
 /// these two gauges are atomics.
 static KEYS: AtomicI64 = AtomicI64::new(0);
 static HOLDERS: AtomicI64 = AtomicI64::new(0);
+
+/// Multi-key requests some key reported ready wait to be looked at (see `registry`): a flag
+/// the hot path reads without borrowing the state.
+static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_ready(pending: bool) {
+    READY.store(pending, Ordering::Relaxed);
+}
+
+pub fn ready_pending() -> bool {
+    READY.load(Ordering::Relaxed)
+}
 
 pub fn count_key(delta: i64) {
     KEYS.fetch_add(delta, Ordering::Relaxed);

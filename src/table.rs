@@ -5,7 +5,7 @@
 
 use std::os::raw::c_int;
 
-use crate::commands::{exec, leader, rwlock, semaphore};
+use crate::commands::{exec, leader, multi, rwlock, semaphore};
 use crate::ffi::command::{self, RawCtx, RawString, Reach, Spec};
 use crate::syntax::{self, block, integer, key, one_of, text, word, Access, Arg, KeySpec, Keys};
 
@@ -42,12 +42,26 @@ const OWNER: Arg = text(c"owner");
 const CANDIDATE: Arg = text(c"candidate");
 const TTL: Arg = integer(c"ttl");
 const WAIT: Arg = integer(c"ms").token(c"WAIT").optional();
+const MAXHOLD: Arg = integer(c"ms").token(c"MAXHOLD").optional();
+const NUMKEYS: Arg = integer(c"numkeys");
+const KEYS: Arg = key(c"key").multiple();
 
-const LOCK: &[Arg] = &[KEY, OWNER, TTL, WAIT];
+const LOCK: &[Arg] = &[KEY, OWNER, TTL, WAIT, MAXHOLD];
+const MLOCK: &[Arg] = &[
+    NUMKEYS,
+    KEYS,
+    OWNER,
+    TTL,
+    word(c"read", c"READ").optional(),
+    WAIT,
+    MAXHOLD,
+];
+const MHELD: &[Arg] = &[NUMKEYS, KEYS, OWNER];
+const MRENEW: &[Arg] = &[NUMKEYS, KEYS, OWNER, TTL];
 const HELD: &[Arg] = &[KEY, OWNER];
 const RENEW: &[Arg] = &[KEY, OWNER, TTL];
 const READ: &[Arg] = &[KEY];
-const CAMPAIGN: &[Arg] = &[KEY, CANDIDATE, TTL, WAIT];
+const CAMPAIGN: &[Arg] = &[KEY, CANDIDATE, TTL, WAIT, MAXHOLD];
 const LEADER_RENEW: &[Arg] = &[KEY, CANDIDATE, TTL];
 const RESIGN: &[Arg] = &[KEY, CANDIDATE];
 const ACQUIRE: &[Arg] = &[
@@ -57,6 +71,7 @@ const ACQUIRE: &[Arg] = &[
     TTL,
     integer(c"n").token(c"PERMITS").optional(),
     WAIT,
+    MAXHOLD,
 ];
 const EXEC: &[Arg] = &[
     KEY,
@@ -119,6 +134,7 @@ const APPLY: &[Arg] = &[
                     integer(c"token"),
                 ],
             ),
+            block(c"cap", &[OWNER.token(c"CAP"), integer(c"at")]),
             integer(c"token").token(c"LAST"),
             integer(c"token").token(c"HIGH"),
             integer(c"until").token(c"EVICTED"),
@@ -131,6 +147,11 @@ const APPLY: &[Arg] = &[
 /// The key at argument 1, changed or read.
 const WRITES: &[KeySpec] = &[KeySpec {
     keys: Keys::At(1),
+    access: Access::Write,
+}];
+/// `numkeys` at argument 1, the keys after it, each changed.
+const MWRITES: &[KeySpec] = &[KeySpec {
+    keys: Keys::Numkeys(1),
     access: Access::Write,
 }];
 const READS: &[KeySpec] = &[KeySpec {
@@ -162,6 +183,15 @@ pub static COMMANDS: &[Spec] = &[
     spec!(c"rwlock.info", rwlock::info, c"readonly fast", READ, READS, c"read fast", Public,
         c"Shows the mode, holders, queue (up to 100 waiters), waiters and last token of a lock.",
         c"O(N + M) where N is the number of holders and M the number of waiters (at most 100 shown)"),
+    spec!(c"rwlock.mlock", multi::mlock, c"write deny-oom", MLOCK, MWRITES, c"write slow blocking", Public,
+        c"Takes holds on several keys at once, all or nothing; waits in FIFO order on every key with WAIT.",
+        c"O(K log N) where K is the number of keys"),
+    spec!(c"rwlock.munlock", multi::munlock, c"write fast", MHELD, MWRITES, c"write fast", Public,
+        c"Releases one hold of an owner on each of several keys.",
+        c"O(K log N + M) where M is the number of waiters granted"),
+    spec!(c"rwlock.mrenew", multi::mrenew, c"write fast", MRENEW, MWRITES, c"write fast", Public,
+        c"Makes an owner's holds on several keys last ttl from now, or none of them past a hold's cap.",
+        c"O(K log N)"),
     spec!(c"leader.campaign", leader::campaign, c"write deny-oom", CAMPAIGN, WRITES, c"write slow blocking", Public,
         c"Becomes (or stays) leader of an election; waits in FIFO order with WAIT.",
         c"O(log N) where N is the number of waiting candidates"),

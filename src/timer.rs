@@ -51,6 +51,7 @@ pub fn fire(ctx: &Ctx) {
         guard::callback("a key's wake-up", || on_slot(ctx, slot, None));
         handled += 1;
     }
+    guard::callback("multi-key grants", || crate::commands::multi::drain(ctx));
     let next = if handled == KEYS_PER_TURN {
         Some(now)
     } else {

@@ -23,6 +23,9 @@ pub fn hold(kind: Kind, owner: &Id, h: &Hold) -> Result<(), &'static str> {
     if h.deadline > DEADLINE_CEILING {
         return Err("a deadline is out of range");
     }
+    if h.cap != 0 && (h.cap > DEADLINE_CEILING || h.deadline > h.cap) {
+        return Err("a lease passes its hold's cap");
+    }
     let ok = match kind {
         Kind::RwLock => u64::from(h.reads) + u64::from(h.writes) > 0,
         Kind::Election => h.reads == 0 && h.writes > 0,
@@ -68,6 +71,7 @@ mod tests {
             writes,
             deadline: 10,
             token,
+            cap: 0,
         }
     }
 
@@ -75,6 +79,10 @@ mod tests {
     fn crafted_holds_are_refused() {
         let (a, b, empty) = (Id::from("a"), Id::from("b"), Id::from(""));
         let ok = h(1, 0, 5);
+        let capped = |cap| Hold { cap, ..ok };
+        assert!(hold(Kind::RwLock, &a, &capped(10)).is_ok());
+        assert!(hold(Kind::RwLock, &a, &capped(9)).is_err());
+        assert!(hold(Kind::RwLock, &a, &capped(u64::MAX)).is_err());
         assert!(key(Kind::RwLock, 0, [(&a, &ok)].into_iter()).is_ok());
         // Counts whose u32 sum would wrap.
         let huge = h(1 << 31, 1 << 31, 5);

@@ -6,21 +6,26 @@
 
 use std::ffi::CStr;
 
-use redis_lease_core::Changes;
+use redis_lease_core::{Changes, Id};
 
 use crate::clock::now_ms;
 use crate::ffi::block::{self, Parked};
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::WRONGTYPE;
+use crate::ffi::reply::ReplyError;
 use crate::index::Slot;
 use crate::num::saturating_i64;
 use crate::registry::Rec;
 use crate::state;
 
 /// What a parked client is answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
     Token(u64),
+    /// A multi-key request granted: a token per key, in its order.
+    Tokens(Vec<u64>),
+    /// A multi-key request that can never be granted (an error reply).
+    Refused(String),
     /// The wait ended without a grant.
     Nil,
     /// The key was deleted, renamed, moved or flushed.
@@ -45,6 +50,13 @@ impl Parked for Waiters {
     fn reply(ctx: &Ctx, answer: Option<&Answer>) {
         match answer {
             Some(Answer::Token(t)) => ctx.reply_int(saturating_i64(*t)),
+            Some(Answer::Tokens(ts)) => {
+                ctx.reply_array(ts.len());
+                for t in ts {
+                    ctx.reply_int(saturating_i64(*t));
+                }
+            }
+            Some(Answer::Refused(e)) => ctx.reply_error(&ReplyError::from(e.clone())),
             Some(Answer::Gone) => ctx.reply_error_c(GONE),
             Some(Answer::Demoted) => ctx.reply_error_c(DEMOTED),
             Some(Answer::WrongType) => ctx.reply_error(&WRONGTYPE.into()),
@@ -62,11 +74,12 @@ pub fn next_id() -> u64 {
     state::with(|s| s.waiters.next_id())
 }
 
-/// Parks the running command's client as waiter `id` of the key at `slot`. The command then
-/// returns without a reply.
-pub fn park(ctx: &Ctx, id: u64, slot: Slot) {
+/// Parks the running command's client as waiter `id` of `owner` on the key at `slot` (and,
+/// for a multi-key request, the keys at `more`). The command then returns without a reply.
+pub fn park(ctx: &Ctx, id: u64, owner: &Id, slot: Slot, more: Vec<Slot>) {
     let client = block::block::<Waiters>(ctx);
     let since = now_ms();
+    let owner = owner.clone();
     state::with(|s| {
         s.waiters.insert(
             id,
@@ -74,6 +87,8 @@ pub fn park(ctx: &Ctx, id: u64, slot: Slot) {
                 client,
                 slot,
                 since,
+                owner,
+                more,
             },
         );
         s.stats.waits += 1;
@@ -91,14 +106,14 @@ pub fn answer(id: u64, a: Answer) -> bool {
         let rec = s.waiters.remove(id)?;
         s.wait_times.record(now_ms().saturating_sub(rec.since));
         let st = &mut s.stats;
-        match a {
-            Answer::Token(_) => {
+        match &a {
+            Answer::Token(_) | Answer::Tokens(_) => {
                 let waited = now_ms().saturating_sub(rec.since);
                 st.handoffs += 1;
                 st.wait_ms_total += waited;
                 st.wait_ms_max = st.wait_ms_max.max(waited);
             }
-            Answer::Nil => st.wait_timeouts += 1,
+            Answer::Nil | Answer::Refused(_) => st.wait_timeouts += 1,
             Answer::Gone | Answer::WrongType => st.waiters_lockgone += 1,
             Answer::Demoted => st.waiters_left += 1,
         }

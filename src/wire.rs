@@ -2,7 +2,9 @@
 //! AOF see them. Deterministic: absolute deadlines and explicit tokens.
 //!
 //! Ops: `GRANT owner read|write deadline token`, `TAKE owner permits deadline token`,
-//! `LIMIT n`, `RELEASE owner`, `DROP owner lapse|resign`, `RENEW owner deadline`; and for AOF
+//! `LIMIT n`, `RELEASE owner`, `DROP owner lapse|resign`, `RENEW owner deadline`, `CAP owner
+//! at` (the hold may not be renewed past `at`: after a grant with a max hold, and after an
+//! AOF rewrite's `HOLD` of a capped holder); and for AOF
 //! rewrites `HOLD owner reads writes deadline token` (a holder exactly as it is), `LAST token`
 //! (the key's last token) and `HIGH token` (the server-wide token high-water mark, so that an
 //! AOF without an RDB preamble keeps it too); and `EVICTED until` (the key was evicted while
@@ -34,10 +36,11 @@ pub enum Word {
     Hold,
     Last,
     High,
+    Cap,
 }
 
 impl Word {
-    pub const ALL: [Word; 17] = [
+    pub const ALL: [Word; 18] = [
         Word::RwLock,
         Word::Leader,
         Word::Semaphore,
@@ -55,6 +58,7 @@ impl Word {
         Word::Hold,
         Word::Last,
         Word::High,
+        Word::Cap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -76,6 +80,7 @@ impl Word {
             Word::Hold => "HOLD",
             Word::Last => "LAST",
             Word::High => "HIGH",
+            Word::Cap => "CAP",
         }
     }
 
@@ -95,7 +100,7 @@ impl Word {
 
     /// The op an argument names (ops are upper-case words; matched in any case).
     fn op(arg: &[u8]) -> Option<Word> {
-        const OPS: [Word; 10] = [
+        const OPS: [Word; 11] = [
             Word::Grant,
             Word::Take,
             Word::Limit,
@@ -106,6 +111,7 @@ impl Word {
             Word::Last,
             Word::High,
             Word::Evicted,
+            Word::Cap,
         ];
         OPS.into_iter()
             .find(|w| w.as_str().as_bytes().eq_ignore_ascii_case(arg))
@@ -173,6 +179,12 @@ pub fn encode_records<'a>(records: &[Record<'a>], mut out: impl FnMut(Arg<'a>)) 
                 out(Arg::Num(h.writes.into()));
                 out(Arg::Num(h.deadline));
                 out(Arg::Num(h.token));
+                if h.cap != 0 {
+                    // The hold's cap, right after it (HOLD has no room for it).
+                    out(Arg::Word(Word::Cap));
+                    out(Arg::Id(owner));
+                    out(Arg::Num(h.cap));
+                }
             }
             Record::Last(t) => {
                 out(Arg::Word(Word::Last));
@@ -270,6 +282,11 @@ fn encode_effect<'a>(e: &'a Effect, out: &mut impl FnMut(Arg<'a>)) {
                 out(Arg::Word(Word::Renew));
                 out(Arg::Id(owner));
                 out(Arg::Num(*deadline));
+            }
+            Effect::Cap { owner, at } => {
+                out(Arg::Word(Word::Cap));
+                out(Arg::Id(owner));
+                out(Arg::Num(*at));
             }
         }
     }
@@ -382,12 +399,20 @@ pub fn parse_ops(args: &[&[u8]]) -> Result<Vec<Op>, String> {
                 };
                 (Op::Effect(effect), 3)
             }
+            Word::Cap => {
+                let effect = Effect::Cap {
+                    owner: owner(a(1))?,
+                    at: deadline(a(2))?,
+                };
+                (Op::Effect(effect), 3)
+            }
             Word::Hold => {
                 let hold = Hold {
                     reads: count(a(2), "reads")?,
                     writes: count(a(3), "writes")?,
                     deadline: deadline(a(4))?,
                     token: token(a(5))?,
+                    cap: 0,
                 };
                 (Op::Hold(owner(a(1))?, hold), 6)
             }
@@ -438,6 +463,10 @@ mod tests {
                 deadline: 20,
             },
             Effect::Limit { limit: 3 },
+            Effect::Cap {
+                owner: o("c"),
+                at: 99,
+            },
             Effect::Take {
                 owner: o("d"),
                 permits: 2,
@@ -459,7 +488,7 @@ mod tests {
             .collect();
         assert_eq!(
             joined.join(" "),
-            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 LIMIT 3 TAKE d 2 30 8 \
+            "GRANT a read 10 7 RELEASE a DROP b lapse RENEW c 20 LIMIT 3 CAP c 99 TAKE d 2 30 8 \
              RELEASE 0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b \
              RELEASE 0F4A2C1E-8D3B-4E5F-9A6B-7C8D9E0F1A2B"
         );
@@ -515,6 +544,7 @@ mod tests {
             writes: 0,
             deadline: 1000 + token,
             token,
+            cap: 0,
         };
         for i in 0..(HOLDS_PER_COMMAND as u64 + 3) {
             lock.restore(Id::from(format!("o{i}").as_str()), hold(i + 1));

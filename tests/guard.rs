@@ -510,12 +510,70 @@ fn craft(like: &Payload, head: &[u64], count: Option<u64>, holders: &[Saved]) ->
     fields.push(Field::U64(count.unwrap_or(holders.len() as u64)));
     for (owner, reads, writes, deadline, token) in holders {
         fields.push(Field::Bytes(owner.to_vec()));
-        fields.extend([*reads, *writes, *deadline, *token].map(Field::U64));
+        // Encoding version 3: each holder's cap (0: none) after its token.
+        fields.extend([*reads, *writes, *deadline, *token, 0].map(Field::U64));
     }
     dump::encode(&Payload {
         fields,
         ..like.clone()
     })
+}
+
+/// A payload of encoding version `encver` (the low 10 bits of the type id): holders without
+/// a cap before version 3, with `cap` from it on.
+fn craft_version(
+    like: &Payload,
+    encver: u64,
+    head: &[u64],
+    holders: &[Saved],
+    cap: u64,
+) -> Vec<u8> {
+    let mut fields: Vec<Field> = head.iter().map(|n| Field::U64(*n)).collect();
+    fields.push(Field::U64(holders.len() as u64));
+    for (owner, reads, writes, deadline, token) in holders {
+        fields.push(Field::Bytes(owner.to_vec()));
+        fields.extend([*reads, *writes, *deadline, *token].map(Field::U64));
+        if encver >= 3 {
+            fields.push(Field::U64(cap));
+        }
+    }
+    dump::encode(&Payload {
+        fields,
+        module_id: (like.module_id & !0x3ff) | encver,
+        ..like.clone()
+    })
+}
+
+#[test]
+fn restore_loads_version_2_payloads_and_checks_caps() {
+    let (s, mut c, [rw, _, _]) = crafted_setup();
+    let d = in_a_minute();
+    // A payload of the previous encoding (no caps) still loads: its holds have no cap.
+    let p = craft_version(&rw, 2, &[9], &[(b"old", 0, 1, d, 7)], 0);
+    ok(
+        &c.call(&[b"RESTORE", b"v2", b"0", &p]),
+        "RESTORE of version 2",
+    );
+    let info = c.cmd(&["RWLOCK.INFO", "v2"]);
+    let h = &info.get("holders").unwrap().array()[0];
+    assert_eq!(h.get("cap"), Some(&Resp::Int(-1)), "{info:?}");
+    // Version 3 with a cap: kept; a lease already past its cap is refused.
+    let p = craft_version(&rw, 3, &[9], &[(b"capped", 0, 1, d, 7)], d + 5_000);
+    ok(
+        &c.call(&[b"RESTORE", b"v3", b"0", &p]),
+        "RESTORE of version 3",
+    );
+    let info = c.cmd(&["RWLOCK.INFO", "v3"]);
+    let cap = info.get("holders").unwrap().array()[0]
+        .get("cap")
+        .unwrap()
+        .int();
+    assert!(cap > 60_000, "{info:?}");
+    let p = craft_version(&rw, 3, &[9], &[(b"past", 0, 1, d, 7)], d - 1);
+    let r = c.call(&[b"RESTORE", b"v3bad", b"0", &p]);
+    assert!(matches!(r, Resp::Error(_)), "{r:?}");
+    assert_eq!(c.cmd(&["EXISTS", "v3bad"]), Resp::Int(0));
+    alive(&s, "versioned payloads");
 }
 
 /// The INFO lease fields a refused RESTORE must leave alone.
@@ -566,7 +624,7 @@ fn crafted_setup() -> (Server, Sock, [Payload; 3]) {
     token(&c.cmd(&["RWLOCK.WLOCK", "live", "x", "600000"]), "live");
     let rw = real_dump(&mut c, "rw", &["RWLOCK.WLOCK", "rw", "a", "60000"]);
     assert!(
-        matches!(rw.fields.as_slice(), [Field::U64(_), Field::U64(1), Field::Bytes(o), Field::U64(0), Field::U64(1), Field::U64(_), Field::U64(_)] if o == b"a"),
+        matches!(rw.fields.as_slice(), [Field::U64(_), Field::U64(1), Field::Bytes(o), Field::U64(0), Field::U64(1), Field::U64(_), Field::U64(_), Field::U64(0)] if o == b"a"),
         "a lock's fields: {rw:?}"
     );
     let ld = real_dump(&mut c, "ld", &["LEADER.CAMPAIGN", "ld", "a", "60000"]);

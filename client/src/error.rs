@@ -55,10 +55,18 @@ pub enum Error {
         text: String,
     },
 
-    /// The server refused an upgrade from read to write because another reader of the same key
-    /// already waits to upgrade (the module's `DEADLOCK` error). Release the read lock and retry.
-    #[error("upgrade refused to avoid a deadlock: {0}")]
+    /// The server refused to let the request wait because the wait would deadlock (the
+    /// module's `DEADLOCK` error): another reader of the same key already waits to upgrade, or
+    /// the wait would close a cycle in the server's wait-for graph (an owner this request
+    /// would wait for waits, directly or through others, for this owner). Nothing was queued
+    /// and every hold is as it was: release what this owner holds and retry.
+    #[error("refused to avoid a deadlock: {0}")]
     Deadlock(String),
+
+    /// The ttl asked for would pass the hold's cap (`max_hold`, or the server's
+    /// `lease.max-hold`; the module's `MAXHOLD` error, whose text gives the ms left).
+    #[error("max hold: {0}")]
+    MaxHold(String),
 
     /// The key was deleted while this request waited for it (the module's `LOCKGONE` error).
     #[error("the lock key was deleted while waiting: {0}")]

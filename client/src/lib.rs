@@ -98,6 +98,7 @@ pub use lease::status::{LeaseStatus, LossReason};
 pub use lease::LeaseTiming;
 pub use lock::guard::LockGuard;
 pub use lock::info::{Holder, LockInfo, LockMode};
+pub use lock::multi::{MultiGuard, MultiLock};
 pub use lock::options::LockOptions;
 pub use lock::RwLock;
 pub use queue_info::Waiting;

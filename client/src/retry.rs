@@ -83,6 +83,7 @@ pub(crate) fn classify(err: RedisError) -> Failure {
         ErrorKind::Extension => match err.code() {
             Some("DEADLOCK") => Failure::Fatal(Error::Deadlock(err.to_string())),
             Some("LOCKGONE") => Failure::Fatal(Error::LockGone(err.to_string())),
+            Some("MAXHOLD") => Failure::Fatal(Error::MaxHold(server_text(&err))),
             Some("FENCED") => Failure::Fatal(Error::Fenced(server_text(&err))),
             Some("LOADING" | "BUSY") => Failure::Transient {
                 uncertain: false,

@@ -200,6 +200,7 @@ async fn a_leader_counts_once_a_replica_has_it_and_steps_down_when_none_does() {
         replicas: 1,
         replica_timeout: Duration::from_millis(300),
         campaign_wait: Duration::from_secs(5),
+        max_hold: None,
     };
     let e = conn
         .elector("ack:election")

@@ -30,6 +30,7 @@ fn acked_election(ttl_ms: u64) -> ElectionOptions {
         replicas: 1,
         replica_timeout: Duration::from_millis(500),
         campaign_wait: Duration::from_secs(5),
+        max_hold: None,
     }
 }
 

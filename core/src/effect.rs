@@ -40,6 +40,9 @@ pub enum Effect {
     Drop { owner: Id, reason: DropReason },
     /// `owner`'s lease now ends at `deadline`.
     Renew { owner: Id, deadline: Ms },
+    /// `owner`'s hold may not be renewed past `at` (right after the grant that made it a
+    /// holder with a max hold).
+    Cap { owner: Id, at: Ms },
 }
 
 impl Effect {
@@ -50,7 +53,8 @@ impl Effect {
             | Effect::Take { owner, .. }
             | Effect::Release { owner }
             | Effect::Drop { owner, .. }
-            | Effect::Renew { owner, .. } => Some(owner),
+            | Effect::Renew { owner, .. }
+            | Effect::Cap { owner, .. } => Some(owner),
             Effect::Limit { .. } => None,
         }
     }
@@ -83,6 +87,9 @@ pub struct Changes {
     pub effects: SmallVec<[Effect; 2]>,
     pub woken: Vec<Woken>,
     pub timed_out: Vec<u64>,
+    /// Multi-key waiters that reached the head of this key's queue and could be granted here:
+    /// the shell grants them if every other key of theirs is ready too (see `multi`).
+    pub ready: Vec<u64>,
     /// The holds that ended, for the shell's hold-time figures (not replicated: a replica
     /// learns them from the effects).
     pub ended: SmallVec<[Ended; 1]>,
@@ -104,9 +111,13 @@ impl Changes {
         self.effects.extend(more.effects);
         self.woken.extend(more.woken);
         self.timed_out.extend(more.timed_out);
+        self.ready.extend(more.ready);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.effects.is_empty() && self.woken.is_empty() && self.timed_out.is_empty()
+        self.effects.is_empty()
+            && self.woken.is_empty()
+            && self.timed_out.is_empty()
+            && self.ready.is_empty()
     }
 }

@@ -45,6 +45,12 @@ impl<'a> Env<'a> {
             .saturating_add(u64::from(self.round_up))
     }
 
+    /// Whole ms left until `at`, rounded down against the clock's fraction of a ms.
+    pub fn left(&self, at: Ms) -> u64 {
+        at.saturating_sub(self.now)
+            .saturating_sub(u64::from(self.round_up))
+    }
+
     pub(crate) fn may_grant(&self) -> bool {
         self.grants == Grants::Open
     }

@@ -3,13 +3,15 @@ use std::collections::{BTreeSet, HashMap};
 use crate::id::Id;
 use crate::{Mode, Ms};
 
-/// One owner's holds on a key: how many of each mode, its lease deadline and its token.
+/// One owner's holds on a key: how many of each mode, its lease deadline, its token, and the
+/// cap past which it may not be renewed (its first grant + its max hold; 0: none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hold {
     pub reads: u32,
     pub writes: u32,
     pub deadline: Ms,
     pub token: u64,
+    pub cap: Ms,
 }
 
 impl Hold {
@@ -19,7 +21,13 @@ impl Hold {
         writes: 0,
         deadline: 0,
         token: 0,
+        cap: 0,
     };
+
+    /// Whether a lease ending at `deadline` passes this hold's cap.
+    pub fn passes_cap(&self, deadline: Ms) -> bool {
+        self.cap != 0 && deadline > self.cap
+    }
 
     pub fn mode(&self) -> Mode {
         if self.writes > 0 {
@@ -237,6 +245,7 @@ mod tests {
             writes: 0,
             deadline,
             token: 1,
+            cap: 0,
         }
     }
 

@@ -16,8 +16,10 @@ mod env;
 mod holders;
 mod id;
 mod lock;
+pub mod multi;
 mod queue;
 mod tokens;
+pub mod waitfor;
 
 pub use effect::{Changes, DropReason, Effect, Ended, Woken};
 pub use env::{Env, Grants};

@@ -45,6 +45,8 @@ pub struct Request<'a> {
     pub wait: Option<Wait>,
     /// The most waiters this key may have.
     pub max_waiters: usize,
+    /// The most ms the hold may last from its first grant, renewals included (0: no cap).
+    pub max_hold: u64,
 }
 
 /// The answer to a request.
@@ -63,6 +65,8 @@ pub enum Acquire {
 pub enum LockError {
     /// Another reader of this key already waits to upgrade: both would wait forever.
     UpgradeDeadlock,
+    /// The request would close a cycle in the server's wait-for graph (see `waitfor`).
+    Deadlock,
     /// The key's queue is full.
     TooManyWaiters(usize),
     /// No token above the highest one seen can be issued (see [`Tokens::MAX`]).
@@ -71,12 +75,15 @@ pub enum LockError {
     LimitMismatch { limit: u32 },
     /// A semaphore holder asked again with another number of permits.
     PermitsMismatch { permits: u32 },
+    /// The lease would pass the hold's cap (its first grant + its max hold), or the ttl asked
+    /// is longer than the max hold: `left` ms remain until the cap.
+    MaxHold { left: u64 },
 }
 
 /// Whether a grant keeps the owner's existing token (a reentrant hold or a downgrade) or
 /// needs a new one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Admit {
+pub(crate) enum Admit {
     Keep(u64),
     New,
 }
@@ -88,9 +95,9 @@ enum GiveBack {
     All,
 }
 
-struct Op<'e, 'a> {
-    env: &'e mut Env<'a>,
-    changes: Changes,
+pub(crate) struct Op<'e, 'a> {
+    pub(crate) env: &'e mut Env<'a>,
+    pub(crate) changes: Changes,
 }
 
 /// The state of one key.
@@ -98,9 +105,9 @@ struct Op<'e, 'a> {
 pub struct Lock {
     last_token: u64,
     /// A semaphore's limit (0 for the other kinds, and before a semaphore's first grant).
-    limit: u32,
-    holders: Holders,
-    queue: Option<Box<Queue>>,
+    pub(crate) limit: u32,
+    pub(crate) holders: Holders,
+    pub(crate) queue: Option<Box<Queue>>,
 }
 
 impl Lock {
@@ -266,6 +273,7 @@ impl Lock {
                     writes: 0,
                     deadline: *deadline,
                     token: *token,
+                    cap: self.holders.get(owner).map_or(0, |h| h.cap),
                 };
                 self.put_holder(owner, h, tokens);
             }
@@ -293,6 +301,12 @@ impl Lock {
                     self.holders.put(owner, h);
                 }
             }
+            Effect::Cap { owner, at } => {
+                if let Some(mut h) = self.holders.get(owner).copied() {
+                    h.cap = *at;
+                    self.holders.put(owner, h);
+                }
+            }
         }
     }
 
@@ -316,7 +330,7 @@ impl Lock {
         }
     }
 
-    fn emit(&mut self, op: &mut Op, effect: Effect) {
+    pub(crate) fn emit(&mut self, op: &mut Op, effect: Effect) {
         self.note_end(op, &effect);
         self.apply(&effect, op.env.tokens);
         op.changes.effects.push(effect);
@@ -345,7 +359,7 @@ impl Lock {
     /// and the key is handed on; a waiter whose wait ends before the key frees up for it
     /// times out. At a tie the lapse goes first, so a waiter still waiting at the moment the
     /// key frees up is served.
-    fn step(&mut self, kind: Kind, op: &mut Op) {
+    pub(crate) fn step(&mut self, kind: Kind, op: &mut Op) {
         let now = op.env.now;
         loop {
             let lapse = self.holders.min_deadline().filter(|d| *d <= now);
@@ -374,17 +388,62 @@ impl Lock {
         self.promote(kind, op);
     }
 
-    fn admissible(&self, kind: Kind, owner: &Id, mode: Mode, permits: u32) -> Option<Admit> {
+    pub(crate) fn admissible(
+        &self,
+        kind: Kind,
+        owner: &Id,
+        mode: Mode,
+        permits: u32,
+    ) -> Option<Admit> {
         admissible(&self.holders, self.limit, kind, owner, mode, permits)
     }
 
     /// Grants `w`'s request (already known admissible, or held: reentrant) and returns the
     /// token.
-    fn grant(&mut self, kind: Kind, op: &mut Op, w: &Waiter) -> Result<u64, LockError> {
-        let now = op.env.now;
+    pub(crate) fn grant(&mut self, kind: Kind, op: &mut Op, w: &Waiter) -> Result<u64, LockError> {
         let deadline = op.env.deadline(w.ttl);
         let held = self.holders.get(&w.owner).copied();
         let admit = self.admissible(kind, &w.owner, w.mode, w.permits);
+        // The cap: a holder keeps its first grant's; a new holder's counts from now.
+        let cap = match held {
+            Some(h) => {
+                let extends = match kind {
+                    Kind::Election => true,
+                    _ => deadline > h.deadline,
+                };
+                if extends && h.passes_cap(deadline) {
+                    let left = op.env.left(h.cap);
+                    return Err(LockError::MaxHold { left });
+                }
+                0
+            }
+            None if w.max_hold > 0 => {
+                if w.ttl > w.max_hold {
+                    return Err(LockError::MaxHold { left: w.max_hold });
+                }
+                op.env.deadline(w.max_hold)
+            }
+            None => 0,
+        };
+        let out = self.grant_capped(kind, op, w, held, admit, deadline);
+        if cap != 0 && out.is_ok() {
+            let owner = w.owner.clone();
+            self.emit(op, Effect::Cap { owner, at: cap });
+        }
+        out
+    }
+
+    #[inline]
+    fn grant_capped(
+        &mut self,
+        kind: Kind,
+        op: &mut Op,
+        w: &Waiter,
+        held: Option<Hold>,
+        admit: Option<Admit>,
+        deadline: Ms,
+    ) -> Result<u64, LockError> {
+        let now = op.env.now;
         match (kind, held) {
             // A leader campaigning again renews; its term stays.
             (Kind::Election, Some(h)) => {
@@ -442,7 +501,7 @@ impl Lock {
     }
 
     /// Serves the head of the queue for as long as it can be granted.
-    fn promote(&mut self, kind: Kind, op: &mut Op) {
+    pub(crate) fn promote(&mut self, kind: Kind, op: &mut Op) {
         loop {
             let holders = &self.holders;
             let Some(q) = self.queue.as_mut() else { return };
@@ -474,12 +533,25 @@ impl Lock {
             if admissible(holders, self.limit, kind, owner, mode, permits).is_none() {
                 return;
             }
+            if head.group {
+                // A multi-key request keeps its place: nobody behind it is served, and the
+                // shell grants it with its other keys once they are all ready.
+                let id = head.id;
+                if !op.changes.ready.contains(&id) {
+                    op.changes.ready.push(id);
+                }
+                return;
+            }
             let Some(w) = q.pop_head() else { return };
             match self.grant(kind, op, &w) {
                 Ok(token) => op.changes.woken.push(Woken {
                     waiter: w.id,
                     token,
                 }),
+                Err(LockError::MaxHold { .. }) => {
+                    // A holder's queued upgrade that would pass its cap: its wait ends.
+                    op.changes.timed_out.push(w.id);
+                }
                 Err(_) => {
                     // No token left: the waiter goes back in arrival order and will time out.
                     self.enqueue(w, false);
@@ -493,7 +565,7 @@ impl Lock {
     /// slot, or as a write request it queued before it became a reader. Two such waits would
     /// each wait for the other's read hold to end. The queue indexes write requests of
     /// current holders, so this looks only at those.
-    fn another_upgrade_waits(&self, owner: &Id, alive: &dyn Fn(u64) -> bool) -> bool {
+    pub(crate) fn another_upgrade_waits(&self, owner: &Id, alive: &dyn Fn(u64) -> bool) -> bool {
         let Some(q) = self.queue.as_ref() else {
             return false;
         };
@@ -509,7 +581,7 @@ impl Lock {
         })
     }
 
-    fn enqueue(&mut self, w: Waiter, upgrade: bool) {
+    pub(crate) fn enqueue(&mut self, w: Waiter, upgrade: bool) {
         let holds = self.holders.get(&w.owner).is_some();
         let q = self.queue.get_or_insert_with(Box::default);
         if upgrade && q.upgrade().is_none() {
@@ -519,7 +591,11 @@ impl Lock {
         }
     }
 
-    fn run<T>(&mut self, env: &mut Env, f: impl FnOnce(&mut Lock, &mut Op) -> T) -> (Changes, T) {
+    pub(crate) fn run<T>(
+        &mut self,
+        env: &mut Env,
+        f: impl FnOnce(&mut Lock, &mut Op) -> T,
+    ) -> (Changes, T) {
         let mut op = Op {
             env,
             changes: Changes::default(),
@@ -544,8 +620,15 @@ impl Lock {
                 permits,
                 ttl: req.ttl,
                 until: req.wait.and_then(|w| w.until),
+                max_hold: req.max_hold,
+                group: false,
             };
             let held = lock.holders.get(req.owner).copied();
+            if held.is_none() && req.max_hold > 0 && req.ttl > req.max_hold {
+                // Refused before it waits: no grant could give the ttl asked.
+                let left = req.max_hold;
+                return Err(LockError::MaxHold { left });
+            }
             if let (Kind::Semaphore, Some(h)) = (kind, held) {
                 if h.reads != permits {
                     let permits = h.reads;
@@ -616,15 +699,28 @@ impl Lock {
         })
     }
 
-    /// Sets `owner`'s lease to end `ttl` from now; its token, or `None` if it holds nothing.
-    fn renew(&mut self, kind: Kind, owner: &Id, ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
+    /// Sets `owner`'s lease to end `ttl` from now; its token, or `None` if it holds nothing;
+    /// `MaxHold` (and no change) if that passes the hold's cap.
+    fn renew(
+        &mut self,
+        kind: Kind,
+        owner: &Id,
+        ttl: u64,
+        env: &mut Env,
+    ) -> (Changes, Result<Option<u64>, LockError>) {
         self.run(env, |lock, op| {
             lock.step(kind, op);
-            let h = lock.holders.get(owner).copied()?;
+            let Some(h) = lock.holders.get(owner).copied() else {
+                return Ok(None);
+            };
             let deadline = op.env.deadline(ttl);
+            if h.passes_cap(deadline) {
+                let left = op.env.left(h.cap);
+                return Err(LockError::MaxHold { left });
+            }
             let owner = owner.clone();
             lock.emit(op, Effect::Renew { owner, deadline });
-            Some(h.token)
+            Ok(Some(h.token))
         })
     }
 
@@ -673,7 +769,7 @@ impl Lock {
 }
 
 /// Whether `owner` may take `mode` (or `permits`) now, ignoring the queue.
-fn admissible(
+pub(crate) fn admissible(
     holders: &Holders,
     limit: u32,
     kind: Kind,
@@ -753,6 +849,17 @@ impl RwLock {
 
     /// `RWLOCK.RENEW`.
     pub fn renew(&mut self, owner: impl AsId, ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
+        let (c, r) = self.try_renew(owner, ttl, env);
+        (c, r.unwrap_or(None))
+    }
+
+    /// The renewal, with its refusal at the hold's cap (`MaxHold`, nothing changed).
+    pub fn try_renew(
+        &mut self,
+        owner: impl AsId,
+        ttl: u64,
+        env: &mut Env,
+    ) -> (Changes, Result<Option<u64>, LockError>) {
         self.0.renew(Kind::RwLock, &owner.as_id(), ttl, env)
     }
 
@@ -789,12 +896,26 @@ impl Election {
         max_waiters: usize,
         env: &mut Env,
     ) -> (Changes, Result<Acquire, LockError>) {
+        self.campaign_capped(candidate, ttl, wait, max_waiters, 0, env)
+    }
+
+    /// `LEADER.CAMPAIGN ... MAXHOLD ms`: a leadership that may last `max_hold` ms at most.
+    pub fn campaign_capped(
+        &mut self,
+        candidate: impl AsId,
+        ttl: u64,
+        wait: Option<Wait>,
+        max_waiters: usize,
+        max_hold: u64,
+        env: &mut Env,
+    ) -> (Changes, Result<Acquire, LockError>) {
         let req = Request {
             owner: &candidate.as_id(),
             mode: Mode::Write,
             ttl,
             wait,
             max_waiters,
+            max_hold,
         };
         self.0.acquire(Kind::Election, &req, 1, env)
     }
@@ -806,6 +927,17 @@ impl Election {
         ttl: u64,
         env: &mut Env,
     ) -> (Changes, Option<u64>) {
+        let (c, r) = self.try_renew(candidate, ttl, env);
+        (c, r.unwrap_or(None))
+    }
+
+    /// The renewal, with its refusal at the hold's cap (`MaxHold`, nothing changed).
+    pub fn try_renew(
+        &mut self,
+        candidate: impl AsId,
+        ttl: u64,
+        env: &mut Env,
+    ) -> (Changes, Result<Option<u64>, LockError>) {
         self.0.renew(Kind::Election, &candidate.as_id(), ttl, env)
     }
 
@@ -840,6 +972,7 @@ pub struct Permits<'a> {
     pub ttl: u64,
     pub wait: Option<Wait>,
     pub max_waiters: usize,
+    pub max_hold: u64,
 }
 
 /// A counting semaphore key: at most `limit` permits held at once, each holder with its own
@@ -882,6 +1015,7 @@ impl Semaphore {
             ttl: req.ttl,
             wait: req.wait,
             max_waiters: req.max_waiters,
+            max_hold: req.max_hold,
         };
         let (more, out) = lock.acquire(Kind::Semaphore, &r, req.permits, env);
         changes.append(more);
@@ -896,6 +1030,17 @@ impl Semaphore {
 
     /// `SEMAPHORE.RENEW`.
     pub fn renew(&mut self, owner: impl AsId, ttl: u64, env: &mut Env) -> (Changes, Option<u64>) {
+        let (c, r) = self.try_renew(owner, ttl, env);
+        (c, r.unwrap_or(None))
+    }
+
+    /// The renewal, with its refusal at the hold's cap (`MaxHold`, nothing changed).
+    pub fn try_renew(
+        &mut self,
+        owner: impl AsId,
+        ttl: u64,
+        env: &mut Env,
+    ) -> (Changes, Result<Option<u64>, LockError>) {
         self.0.renew(Kind::Semaphore, &owner.as_id(), ttl, env)
     }
 

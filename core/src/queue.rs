@@ -16,6 +16,11 @@ pub struct Waiter {
     pub ttl: u64,
     /// When the wait ends without a grant (`None`: it waits without a limit).
     pub until: Option<Ms>,
+    /// The most ms the hold may last from its grant, renewals included (0: no cap).
+    pub max_hold: u64,
+    /// One key of a multi-key request: the key stops at it when it is at the head, and the
+    /// shell grants it together with its other keys (see `multi`).
+    pub group: bool,
 }
 
 /// The waiters of one key: a reader waiting to upgrade (it already holds, so it goes first),
@@ -144,6 +149,32 @@ impl Queue {
         self.writes.clear();
         self.held_writers.clear();
         out
+    }
+
+    /// Waiter `id`, if it is here.
+    pub fn get(&self, id: u64) -> Option<&Waiter> {
+        match &self.upgrade {
+            Some(w) if w.id == id => Some(w),
+            _ => self.fifo.get(&id),
+        }
+    }
+
+    /// The waiters served before waiter `id` (which is here), skipping the first `after`
+    /// (the upgrade, if `after` is set, then arrival order up to id `after`): what a
+    /// wait-for graph walk has not looked at yet.
+    pub fn ahead_of(&self, id: u64, after: Option<u64>) -> impl Iterator<Item = &Waiter> {
+        let is_upgrade = self.upgrade.as_ref().is_some_and(|w| w.id == id);
+        let upgrade = self
+            .upgrade
+            .iter()
+            .filter(move |_| after.is_none() && !is_upgrade);
+        let from = after.map_or(0, |a| a.saturating_add(1));
+        let to = if is_upgrade { 0 } else { id };
+        let fifo = (from < to)
+            .then(|| self.fifo.range(from..to))
+            .into_iter()
+            .flatten();
+        upgrade.chain(fifo.map(|(_, w)| w))
     }
 
     /// The ids of `owner`'s write requests waiting in arrival order.

@@ -472,6 +472,7 @@ impl State {
                     reads: [0, 1, 2, u32::MAX][rng.below(4) as usize],
                     writes: [0, 1, u32::MAX][rng.below(3) as usize],
                     deadline: rng.ttl().wrapping_add(self.world.now),
+                    cap: 0,
                     token: rng.token(),
                 },
             },
@@ -547,6 +548,7 @@ impl State {
                     ttl: *ttl,
                     wait: *wait,
                     max_waiters: *max_waiters,
+                    max_hold: 0,
                 };
                 let (c, r) = l.lock(&req, &mut world.env());
                 count(stats, r);
@@ -638,6 +640,7 @@ impl State {
                     ttl: *ttl,
                     wait: *wait,
                     max_waiters: *max_waiters,
+                    max_hold: 0,
                 };
                 let (c, r) = s.acquire(&req, &mut world.env());
                 count(stats, r);

@@ -4,7 +4,8 @@ use redis_lease_core::{DropReason, Effect, Election};
 
 use super::queue::{self, Shape};
 use super::{
-    acquire, change, held_id, ms_left, new_id, options, read, replay_own, token, ttl, Outcome,
+    acquire, change, held_id, ms_left, new_id, options, read, refused, replay_own, token, ttl,
+    Outcome,
 };
 use crate::clock;
 use crate::config;
@@ -12,13 +13,14 @@ use crate::ffi::args::Args;
 use crate::ffi::ctx::Ctx;
 use crate::ffi::reply::Reply;
 
-/// `LEADER.CAMPAIGN key candidate ttl [WAIT ms]`
+/// `LEADER.CAMPAIGN key candidate ttl [WAIT ms] [MAXHOLD ms]`
 pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = new_id(args, 2, "candidate")?;
     let ttl = ttl(args, 3)?;
-    let (wait_ms, _) = options(ctx, args, 4, None)?;
-    acquire::<Election>(ctx, args, &candidate, wait_ms, |core, env, wait| {
-        core.campaign(&candidate, ttl, wait, config::max_waiters(), env)
+    let o = options(ctx, args, 4, None)?;
+    acquire::<Election>(ctx, args, &candidate, o.wait, |core, env, wait| {
+        let max = config::max_waiters();
+        core.campaign_capped(&candidate, ttl, wait, max, o.max_hold, env)
     })
 }
 
@@ -26,9 +28,10 @@ pub fn campaign(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let candidate = held_id(args, 2, "candidate")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<Election, _>(ctx, args, &candidate, None, false, |core, env| {
-        core.renew(&candidate, ttl, env)
+    let t = change::<Election, _>(ctx, args, &candidate, Ok(None), false, |core, env| {
+        core.try_renew(&candidate, ttl, env)
     })?;
+    let t = t.map_err(refused)?;
     Ok(t.map_or(Reply::Nil, token))
 }
 

@@ -6,6 +6,7 @@ pub mod exec;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod leader;
+pub mod multi;
 pub mod queue;
 pub mod rwlock;
 pub mod semaphore;
@@ -22,7 +23,7 @@ use crate::ffi::reply::{Reply, ReplyError};
 use crate::num::saturating_i64;
 use crate::parse::{self, Wait as WaitOpt};
 use crate::value::{Saved, Stored};
-use crate::{config, holdback, waiters};
+use crate::{config, holdback, state, waiters, waitgraph};
 
 pub type Outcome = Result<Reply, ReplyError>;
 
@@ -49,21 +50,58 @@ pub fn ttl(args: &Args, i: usize) -> Result<u64, ReplyError> {
     parse::ttl(args.bytes(i), config::max_ttl()).map_err(ReplyError::from)
 }
 
-/// The options from argument `from` on: the wait in ms as far as this context allows
-/// blocking (inside MULTI/EXEC or a script a request answers at once, as if no WAIT was
-/// given), and the permits (`limit`: a semaphore's).
+/// A request's options.
+#[derive(Clone, Copy, Debug)]
+pub struct Opts {
+    /// The wait in ms as far as this context allows blocking (inside MULTI/EXEC or a script a
+    /// request answers at once, as if no WAIT was given).
+    pub wait: Option<u64>,
+    pub permits: u32,
+    /// The hold's cap in ms from its first grant: the smaller of `MAXHOLD` and
+    /// `lease.max-hold` (0: none).
+    pub max_hold: u64,
+}
+
+/// The options after the fixed arguments, as [`parse::Options`] read them.
+pub fn opts(ctx: &Ctx, o: parse::Options) -> Opts {
+    let wait = match o.wait {
+        WaitOpt::Ms(ms) if ctx.may_block() => Some(ms),
+        _ => None,
+    };
+    Opts {
+        wait,
+        permits: o.permits,
+        max_hold: config::max_hold(o.max_hold),
+    }
+}
+
+/// The options from argument `from` on (`limit`: a semaphore's, for its permits).
 pub fn options(
     ctx: &Ctx,
     args: &Args,
     from: usize,
     limit: Option<u32>,
-) -> Result<(Option<u64>, u32), ReplyError> {
+) -> Result<Opts, ReplyError> {
     let o = parse::options(&args.rest(from), limit).map_err(ReplyError::from)?;
-    let wait = match o.wait {
-        WaitOpt::Ms(ms) if ctx.may_block() => Some(ms),
-        _ => None,
-    };
-    Ok((wait, o.permits))
+    Ok(opts(ctx, o))
+}
+
+/// A fresh wait of `ms` (0: without limit) from now. Like a lease, a wait never ends early:
+/// its deadline rounds up past a whole ms.
+pub fn new_wait(ms: u64) -> Wait {
+    Wait {
+        id: waiters::next_id(),
+        until: (ms > 0).then(|| {
+            let (now, fraction) = clock::now();
+            now.saturating_add(ms).saturating_add(u64::from(fraction))
+        }),
+    }
+}
+
+/// The reply to a request that would close a cycle of waits (it was not queued).
+pub fn deadlock() -> ReplyError {
+    state::with(|s| s.stats.deadlocks += 1);
+    "DEADLOCK this request would wait for an owner that waits for this owner".into()
 }
 
 /// Grants are decided, and fenced writes run, on masters only: a replica that accepts writes
@@ -80,6 +118,7 @@ pub fn writable(ctx: &Ctx) -> Result<(), ReplyError> {
 /// The reply to a request the rules refuse.
 pub fn refused(e: LockError) -> ReplyError {
     match e {
+        LockError::Deadlock => deadlock(),
         LockError::UpgradeDeadlock => {
             "DEADLOCK another reader of this key already waits to upgrade to the write lock".into()
         }
@@ -94,6 +133,11 @@ pub fn refused(e: LockError) -> ReplyError {
             format!("LIMIT this semaphore's limit is {limit}; a request must name the same limit")
                 .into()
         }
+        LockError::MaxHold { left } => format!(
+            "MAXHOLD {left} ms left of this hold's max hold (its first grant + MAXHOLD or \
+             lease.max-hold); a lease past it is refused"
+        )
+        .into(),
         LockError::PermitsMismatch { permits } => format!(
             "PERMITS this owner holds {permits} permits of this semaphore; release them before \
              asking for another number"
@@ -115,6 +159,15 @@ pub fn ms_left(deadline: u64, now: u64, fraction: bool) -> i64 {
     saturating_i64(left)
 }
 
+/// A holder's cap as INFO shows it: whole ms left until it (-1: the hold has no cap).
+pub fn cap_left(cap: u64, now: u64, fraction: bool) -> i64 {
+    if cap == 0 {
+        -1
+    } else {
+        ms_left(cap, now, fraction)
+    }
+}
+
 fn open<'a>(ctx: &'a Ctx, args: &Args<'a>) -> Result<Key<'a>, ReplyError> {
     let name = args.get(1).ok_or(ReplyError::from("ERR missing key"))?;
     Key::open(ctx, name, Access::Write).ok_or_else(|| "ERR could not open the key".into())
@@ -133,28 +186,30 @@ where
     Stored<K>: Typed,
 {
     writable(ctx)?;
-    let wait = wait_ms.map(|ms| Wait {
-        id: waiters::next_id(),
-        // Like a lease, a wait never ends early: its deadline rounds up past a whole ms.
-        until: (ms > 0).then(|| {
-            let (now, fraction) = clock::now();
-            now.saturating_add(ms).saturating_add(u64::from(fraction))
-        }),
-    });
+    let wait = wait_ms.map(new_wait);
     let key = open(ctx, args)?;
     let origin = Origin::Here {
         owner: self::owner(args, owner),
         own: false,
     };
     let result = decide::<K, _>(key, Open::Create, origin, |v, env| {
-        let (changes, result) = op(&mut v.core, env, wait);
+        let (mut changes, mut result) = op(&mut v.core, env, wait);
         if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
-            waiters::park(ctx, w.id, v.slot);
+            // About to wait: refused if the wait would close a cycle of waits.
+            let place = (ctx.db(), Box::<[u8]>::from(args.bytes(1)));
+            let open = [(place, K::KIND, v.core.lock())];
+            if waitgraph::deadlocks(ctx, owner, w.id, &open, env.now) {
+                changes.append(v.core.cancel(w.id, env).0);
+                result = Err(LockError::Deadlock);
+            } else {
+                waiters::park(ctx, w.id, owner, v.slot, Vec::new());
+            }
         }
         (changes, result)
     })
     .map_err(|_| ReplyError::from(WRONGTYPE))?
     .ok_or(ReplyError::from("ERR could not open the key"))?;
+    multi::drain(ctx);
     match result {
         Ok(Acquire::Granted(t)) => Ok(token(t)),
         Ok(Acquire::Busy) => Ok(Reply::Nil),
@@ -183,6 +238,7 @@ where
     let origin = Origin::Here { owner, own };
     let out = decide::<K, _>(key, Open::Existing, origin, |v, env| op(&mut v.core, env))
         .map_err(|_| ReplyError::from(WRONGTYPE))?;
+    multi::drain(ctx);
     Ok(out.unwrap_or(missing))
 }
 

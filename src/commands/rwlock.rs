@@ -4,7 +4,8 @@ use redis_lease_core::{Effect, Mode, Request, RwLock};
 
 use super::queue::{self, Shape};
 use super::{
-    acquire, change, held_id, ms_left, new_id, options, read, replay_own, token, ttl, Outcome,
+    acquire, cap_left, change, held_id, ms_left, new_id, options, read, refused, replay_own, token,
+    ttl, Outcome,
 };
 use crate::clock;
 use crate::config;
@@ -15,25 +16,26 @@ use crate::ffi::reply::Reply;
 fn lock(ctx: &Ctx, args: &Args, mode: Mode) -> Outcome {
     let owner = new_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
-    let (wait_ms, _) = options(ctx, args, 4, None)?;
-    acquire::<RwLock>(ctx, args, &owner, wait_ms, |core, env, wait| {
+    let o = options(ctx, args, 4, None)?;
+    acquire::<RwLock>(ctx, args, &owner, o.wait, |core, env, wait| {
         let req = Request {
             owner: &owner,
             mode,
             ttl,
             wait,
             max_waiters: config::max_waiters(),
+            max_hold: o.max_hold,
         };
         core.lock(&req, env)
     })
 }
 
-/// `RWLOCK.RLOCK key owner ttl [WAIT ms]`
+/// `RWLOCK.RLOCK key owner ttl [WAIT ms] [MAXHOLD ms]`
 pub fn rlock(ctx: &Ctx, args: &Args) -> Outcome {
     lock(ctx, args, Mode::Read)
 }
 
-/// `RWLOCK.WLOCK key owner ttl [WAIT ms]`
+/// `RWLOCK.WLOCK key owner ttl [WAIT ms] [MAXHOLD ms]`
 pub fn wlock(ctx: &Ctx, args: &Args) -> Outcome {
     lock(ctx, args, Mode::Write)
 }
@@ -55,13 +57,13 @@ pub fn unlock(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<RwLock, _>(ctx, args, &owner, None, false, |core, env| {
-        core.renew(&owner, ttl, env)
+    let t = change::<RwLock, _>(ctx, args, &owner, Ok(None), false, |core, env| {
+        core.try_renew(&owner, ttl, env)
     })?;
-    Ok(t.map_or(Reply::Nil, token))
+    Ok(t.map_err(refused)?.map_or(Reply::Nil, token))
 }
 
-/// `RWLOCK.INFO key`: a map of `holders` (each a map of `count`, `mode`, `owner`, `token`,
+/// `RWLOCK.INFO key`: a map of `holders` (each a map of `cap`, `count`, `mode`, `owner`, `token`,
 /// `ttl`, in grant order), `mode`, `queue` (see [`queue::reply`]), `token` and `waiters`.
 pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
     let (now, fraction) = clock::now();
@@ -85,7 +87,9 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         ctx.reply_bulk(b"holders");
         ctx.reply_array(entries.len());
         for (m, count, h) in entries {
-            ctx.reply_map(5);
+            ctx.reply_map(6);
+            ctx.reply_bulk(b"cap");
+            ctx.reply_int(cap_left(h.hold.cap, now, fraction));
             ctx.reply_bulk(b"count");
             ctx.reply_int(count.into());
             ctx.reply_bulk(b"mode");

@@ -4,7 +4,8 @@ use redis_lease_core::{Effect, Permits, Semaphore};
 
 use super::queue::{self, Shape};
 use super::{
-    acquire, change, held_id, ms_left, new_id, options, read, replay_own, token, ttl, Outcome,
+    acquire, cap_left, change, held_id, ms_left, new_id, options, read, refused, replay_own, token,
+    ttl, Outcome,
 };
 use crate::clock;
 use crate::config;
@@ -13,20 +14,21 @@ use crate::ffi::ctx::Ctx;
 use crate::ffi::reply::{Reply, ReplyError};
 use crate::parse;
 
-/// `SEMAPHORE.ACQUIRE key owner limit ttl [PERMITS n] [WAIT ms]`
+/// `SEMAPHORE.ACQUIRE key owner limit ttl [PERMITS n] [WAIT ms] [MAXHOLD ms]`
 pub fn acquire_cmd(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = new_id(args, 2, "owner")?;
     let limit = parse::limit(args.bytes(3)).map_err(ReplyError::from)?;
     let ttl = ttl(args, 4)?;
-    let (wait_ms, permits) = options(ctx, args, 5, Some(limit))?;
-    acquire::<Semaphore>(ctx, args, &owner, wait_ms, |core, env, wait| {
+    let o = options(ctx, args, 5, Some(limit))?;
+    acquire::<Semaphore>(ctx, args, &owner, o.wait, |core, env, wait| {
         let req = Permits {
             owner: &owner,
             limit,
-            permits,
+            permits: o.permits,
             ttl,
             wait,
             max_waiters: config::max_waiters(),
+            max_hold: o.max_hold,
         };
         core.acquire(&req, env)
     })
@@ -51,10 +53,10 @@ pub fn release(ctx: &Ctx, args: &Args) -> Outcome {
 pub fn renew(ctx: &Ctx, args: &Args) -> Outcome {
     let owner = held_id(args, 2, "owner")?;
     let ttl = ttl(args, 3)?;
-    let t = change::<Semaphore, _>(ctx, args, &owner, None, false, |core, env| {
-        core.renew(&owner, ttl, env)
+    let t = change::<Semaphore, _>(ctx, args, &owner, Ok(None), false, |core, env| {
+        core.try_renew(&owner, ttl, env)
     })?;
-    Ok(t.map_or(Reply::Nil, token))
+    Ok(t.map_err(refused)?.map_or(Reply::Nil, token))
 }
 
 /// `SEMAPHORE.INFO key`: a map of `holders` (each a map of `owner`, `permits`, `token`,
@@ -72,7 +74,9 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         ctx.reply_bulk(b"holders");
         ctx.reply_array(live.len());
         for h in &live {
-            ctx.reply_map(4);
+            ctx.reply_map(5);
+            ctx.reply_bulk(b"cap");
+            ctx.reply_int(cap_left(h.hold.cap, now, fraction));
             ctx.reply_bulk(b"owner");
             ctx.reply_bulk(&h.owner.bytes());
             ctx.reply_bulk(b"permits");

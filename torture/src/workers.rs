@@ -42,6 +42,7 @@ impl Plan {
             },
             replicas: self.replicas,
             replica_timeout: self.replica_timeout,
+            max_hold: None,
         }
     }
 

@@ -201,6 +201,7 @@ async fn campaign_loop(
             .arg(timing.ttl_ms())
             .to_owned(),
         acks: Acks::new(e.opts.replicas, e.opts.replica_timeout),
+        expect: None,
     };
     let wait = e.opts.campaign_wait.max(Duration::from_millis(1));
     let stop = |err: Error| {
@@ -211,11 +212,12 @@ async fn campaign_loop(
     }
     let mut backoff = Backoff::new_now(e.opts.retry);
     loop {
-        let cmd = redis::cmd("LEADER.CAMPAIGN")
+        let mut cmd = redis::cmd("LEADER.CAMPAIGN")
             .arg(&e.key)
             .arg(&e.candidate)
             .arg(timing.ttl_ms())
             .to_owned();
+        crate::lock::options::add_max_hold(e.opts.max_hold, &mut cmd);
         let sent = Instant::now();
         let answer = send_acquire(
             &e.client,

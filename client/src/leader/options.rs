@@ -31,6 +31,10 @@ pub struct ElectionOptions {
     pub replicas: u32,
     /// How long each `WAIT` for replicas may take (default 1 s).
     pub replica_timeout: Duration,
+    /// The longest one leadership may last from its win, renewals included (`MAXHOLD ms`;
+    /// default `None`). At the cap the leader's renewal is refused and it steps down
+    /// ([`LossReason::MaxHold`](crate::LossReason::MaxHold)).
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for ElectionOptions {
@@ -41,6 +45,7 @@ impl Default for ElectionOptions {
             campaign_wait: Duration::from_secs(30),
             replicas: 0,
             replica_timeout: Duration::from_secs(1),
+            max_hold: None,
         }
     }
 }

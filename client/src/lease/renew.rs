@@ -52,6 +52,9 @@ pub(crate) fn split_acked(replies: Vec<Value>) -> redis::RedisResult<(Value, u32
 pub(crate) struct Renewer {
     pub cmd: Cmd,
     pub acks: Option<Acks>,
+    /// A multi-key renewal (`RWLOCK.MRENEW`) answers how many keys it renewed: fewer than
+    /// this means some hold is gone.
+    pub expect: Option<i64>,
 }
 
 impl Renewer {
@@ -124,6 +127,9 @@ pub(crate) async fn renew_once(
         };
         match answer {
             Ok((Value::Nil, _)) => return Renewal::Lost(LossReason::Revoked),
+            Ok((Value::Int(n), _)) if renew.expect.is_some_and(|all| n < all) => {
+                return Renewal::Lost(LossReason::Revoked)
+            }
             Ok((Value::Int(_), acked)) => match (renew.acks, acked) {
                 (Some(a), Some(n)) if n < a.replicas => {
                     // Held on this server, but a failover could lose the renewal: it does not
@@ -149,6 +155,10 @@ pub(crate) async fn renew_once(
                 return Renewal::Lost(LossReason::Failed);
             }
             Err(e) => {
+                if e.code() == Some("MAXHOLD") {
+                    // The hold's cap: no renewal can make it last longer.
+                    return Renewal::Lost(LossReason::MaxHold);
+                }
                 let (key, owner) = renew.subject();
                 let text = e.to_string();
                 if let Failure::Fatal(_) = classify(e) {

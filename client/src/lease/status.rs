@@ -25,6 +25,10 @@ pub enum LossReason {
     /// ([`LockOptions::replicas`](crate::LockOptions::replicas)) before the last confirmed
     /// bound passed, so a failover could lose the lease.
     NotReplicated,
+    /// The hold reached its cap (its first grant + its max hold: `max_hold` on the
+    /// acquisition, or the server's `lease.max-hold`): the server refuses to renew it past
+    /// that (`MAXHOLD`). It stays held until its current lease ends; release it.
+    MaxHold,
 }
 
 impl fmt::Display for LossReason {
@@ -34,6 +38,7 @@ impl fmt::Display for LossReason {
             LossReason::Revoked => "the server no longer counts this holder",
             LossReason::Failed => "a renewal failed with a permanent error",
             LossReason::NotReplicated => "no renewal reached enough replicas in time",
+            LossReason::MaxHold => "it reached its max hold: the server renews it no further",
         })
     }
 }

@@ -32,6 +32,7 @@ impl LockKey {
                 .arg(self.opts.timing.ttl_ms())
                 .to_owned(),
             acks: self.opts.acks(),
+            expect: None,
         }
     }
 
@@ -96,6 +97,7 @@ impl Shell for LockShell<'_> {
         cmd.arg(&self.lock.key)
             .arg(self.owner)
             .arg(self.lock.opts.timing.ttl_ms());
+        self.lock.opts.add_max_hold(&mut cmd);
         cmd
     }
 

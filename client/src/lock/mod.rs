@@ -3,6 +3,7 @@
 pub(crate) mod guard;
 pub(crate) mod info;
 pub(crate) mod key;
+pub(crate) mod multi;
 pub(crate) mod options;
 
 use std::fmt;

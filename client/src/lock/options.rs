@@ -30,6 +30,11 @@ pub struct LockOptions {
     pub replicas: u32,
     /// How long each `WAIT` for replicas may take (default 1 s).
     pub replica_timeout: Duration,
+    /// The longest a hold may last from its grant, renewals included (`MAXHOLD ms`; default
+    /// `None`: no cap but the server's `lease.max-hold`). At the cap the watchdog's renewal is
+    /// refused and the guard is lost with [`LossReason::MaxHold`](crate::LossReason::MaxHold);
+    /// a ttl longer than it is [`Error::MaxHold`](crate::Error::MaxHold).
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for LockOptions {
@@ -39,11 +44,17 @@ impl Default for LockOptions {
             retry: RetryPolicy::default(),
             replicas: 0,
             replica_timeout: Duration::from_secs(1),
+            max_hold: None,
         }
     }
 }
 
 impl LockOptions {
+    /// Appends `MAXHOLD ms` to an acquisition when a cap is set.
+    pub(crate) fn add_max_hold(&self, cmd: &mut redis::Cmd) {
+        add_max_hold(self.max_hold, cmd);
+    }
+
     pub(crate) fn acks(&self) -> Option<Acks> {
         Acks::new(self.replicas, self.replica_timeout)
     }
@@ -54,5 +65,13 @@ impl LockOptions {
             budget: self.timing.ttl(),
             ..self.retry
         }
+    }
+}
+
+/// Appends `MAXHOLD ms` (at least 1) when `max_hold` is set.
+pub(crate) fn add_max_hold(max_hold: Option<Duration>, cmd: &mut redis::Cmd) {
+    if let Some(m) = max_hold {
+        cmd.arg("MAXHOLD")
+            .arg(m.as_millis().clamp(1, u64::MAX as u128) as u64);
     }
 }

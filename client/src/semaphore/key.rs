@@ -34,6 +34,7 @@ impl SemaphoreKey {
                 .arg(self.opts.timing.ttl_ms())
                 .to_owned(),
             acks: self.opts.acks(),
+            expect: None,
         }
     }
 
@@ -104,14 +105,16 @@ impl Shell for SemShell<'_> {
 
     fn acquire_cmd(&self) -> Cmd {
         let s = self.sem;
-        redis::cmd("SEMAPHORE.ACQUIRE")
+        let mut cmd = redis::cmd("SEMAPHORE.ACQUIRE")
             .arg(&s.key)
             .arg(self.owner)
             .arg(s.limit)
             .arg(s.opts.timing.ttl_ms())
             .arg("PERMITS")
             .arg(self.permits)
-            .to_owned()
+            .to_owned();
+        s.opts.add_max_hold(&mut cmd);
+        cmd
     }
 
     async fn read_hold(&self) -> Result<Option<HoldView>, Failure> {

@@ -132,6 +132,7 @@ pub fn request(
         ttl,
         wait: wait.map(Wait::forever),
         max_waiters,
+        max_hold: 0,
     }
 }
 

@@ -276,6 +276,7 @@ impl Sut {
                     ttl: *ttl,
                     wait: *wait,
                     max_waiters: MAX_WAITERS,
+                    max_hold: 0,
                 };
                 let (c, r) = l.lock(&req, &mut env);
                 (Reply::Acquire(r), c)
@@ -308,6 +309,7 @@ impl Sut {
                     ttl: *ttl,
                     wait: *wait,
                     max_waiters: MAX_WAITERS,
+                    max_hold: 0,
                 };
                 let (c, r) = s.acquire(&req, &mut env);
                 (Reply::Acquire(r), c)

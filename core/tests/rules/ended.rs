@@ -77,6 +77,7 @@ fn a_resignation_and_a_semaphore_release_end_holds() {
         ttl: 1_000,
         wait: None,
         max_waiters: 10,
+        max_hold: 0,
     };
     let _ = s.acquire(&req, &mut w.env());
     w.now = 5_150;

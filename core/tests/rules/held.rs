@@ -139,6 +139,7 @@ fn a_semaphore_holder_retries_with_the_same_permits_while_grants_are_held() {
         ttl,
         wait,
         max_waiters: 10,
+        max_hold: 0,
     };
     let (_, r) = s.acquire(&p(b"a", 2, 100, None), &mut world.env());
     let Ok(Acquire::Granted(t)) = r else {
@@ -290,6 +291,7 @@ fn waiters_parked_outside_the_key_are_served_in_arrival_order_when_grants_open()
         ttl: 100,
         wait: Some(Wait::forever(waiter)),
         max_waiters: 10,
+        max_hold: 0,
     };
     for (owner, permits, id) in [(b"a", 1, 1), (b"b", 2, 2), (b"c", 1, 3)] {
         let (_, r) = s.acquire(&p(owner, permits, id), &mut world.env());
@@ -337,6 +339,7 @@ fn a_lobby_merges_into_an_arrived_key_by_its_rules() {
             ttl: 100,
             wait: Some(Wait::forever(waiter)),
             max_waiters: 10,
+            max_hold: 0,
         };
         assert_eq!(
             RwLock::lock(&mut lobby, &req, &mut world.env()).1,
@@ -352,6 +355,7 @@ fn a_lobby_merges_into_an_arrived_key_by_its_rules() {
         ttl: 500,
         wait: None,
         max_waiters: 10,
+        max_hold: 0,
     };
     let t = RwLock::lock(&mut arrived, &req, &mut world.env())
         .1
@@ -379,6 +383,7 @@ fn a_lobby_merges_into_an_arrived_key_by_its_rules() {
         ttl: 100,
         wait: Some(Wait::forever(waiter)),
         max_waiters: 10,
+        max_hold: 0,
     };
     for (limit, joined) in [(1, true), (3, false)] {
         world.grants = Grants::Held;

@@ -16,6 +16,7 @@ fn req(owner: &[u8], mode: Mode, waiter: u64) -> Request<'static> {
         ttl: 1_000_000,
         wait: Some(Wait::forever(waiter)),
         max_waiters: 100_000,
+        max_hold: 0,
     }
 }
 

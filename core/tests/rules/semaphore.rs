@@ -54,6 +54,7 @@ impl Sem {
             ttl,
             wait: wait.map(|until| Wait { id, until }),
             max_waiters: 100,
+            max_hold: 0,
         };
         (id, self.with(|s, env| s.acquire(&req, env)))
     }
@@ -233,6 +234,7 @@ fn a_request_naming_another_limit_is_refused_and_changes_nothing() {
             ttl: 100,
             wait: wait.map(|until| Wait { id: 99, until }),
             max_waiters: 100,
+            max_hold: 0,
         };
         let (c, r) = s.s.acquire(&req, &mut s.world.env());
         assert_eq!(r, Err(LockError::LimitMismatch { limit: 3 }));
@@ -395,6 +397,7 @@ fn the_queue_of_a_semaphore_has_a_limit() {
         ttl: 10,
         wait: Some(Wait::forever(waiter)),
         max_waiters: 1,
+        max_hold: 0,
     };
     assert_eq!(
         s.with(|l, env| l.acquire(&req(b"a", 50), env)),

@@ -18,6 +18,7 @@ from .errors import (
     LimitMismatch,
     LockGone,
     LossReason,
+    MaxHold,
     ModuleNotLoaded,
     NotAcquired,
     PermitsMismatch,
@@ -28,6 +29,7 @@ from .errors import (
 from .guards import Guard, Leadership, LockGuard, SemaphoreGuard
 from .leader import LeaderElector, LeaderObserver, current_leader, election_info
 from .lock import RwLock
+from .multi import MultiGuard, MultiLock
 from .replies import ElectionInfo, Holder, LeaderInfo, LockInfo, SemaphoreInfo, Waiting
 from .retry import RetryPolicy
 from .semaphore import Semaphore
@@ -54,6 +56,9 @@ __all__ = [
     "LockGuard",
     "LockInfo",
     "LossReason",
+    "MaxHold",
+    "MultiGuard",
+    "MultiLock",
     "ModuleNotLoaded",
     "NotAcquired",
     "PermitsMismatch",

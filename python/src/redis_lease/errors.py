@@ -20,6 +20,9 @@ class LossReason(enum.Enum):
     REVOKED = "the server no longer counts this holder"
     #: A renewal was answered with an error that retrying cannot fix.
     FAILED = "a renewal failed with a permanent error"
+    #: The hold reached its cap (its first grant + its max hold: ``max_hold`` on the acquisition,
+    #: or the server's ``lease.max-hold``): the server renews it no further (``-MAXHOLD``).
+    MAX_HOLD = "it reached its max hold: the server renews it no further"
     #: The holder released it.
     RELEASED = "it was released"
 
@@ -51,8 +54,15 @@ class Fenced(LeaseLost):
 
 
 class Deadlock(LeaseError):
-    """The server refused an upgrade from read to write because another reader of the same key
-    already waits to upgrade (``-DEADLOCK``). Release the read lock and try again."""
+    """The server refused to let the request wait because the wait would deadlock
+    (``-DEADLOCK``): another reader of the same key already waits to upgrade, or the wait would
+    close a cycle in the server's wait-for graph. Nothing was queued: release what this owner
+    holds and try again."""
+
+
+class MaxHold(LeaseError):
+    """The ttl asked for would pass the hold's cap (``max_hold`` or the server's
+    ``lease.max-hold``; ``-MAXHOLD``, whose text gives the ms left)."""
 
 
 class LockGone(LeaseError):

@@ -9,7 +9,7 @@ from typing import Callable, Optional, Union
 
 from redis import exceptions as rx
 
-from .errors import Deadlock, Fenced, LockGone, Unavailable
+from .errors import Deadlock, Fenced, LockGone, MaxHold, Unavailable
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,8 @@ def classify(err: BaseException, sent: bool = True) -> Failure:
             return Fatal(Deadlock(str(err)))
         if code == "LOCKGONE":
             return Fatal(LockGone(str(err)))
+        if code == "MAXHOLD":
+            return Fatal(MaxHold(str(err)))
         if code == "FENCED":
             return Fatal(Fenced(str(err)))
         # A master demoted to replica (a failover) unblocks its waiters; they were not granted

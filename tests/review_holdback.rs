@@ -111,3 +111,196 @@ fn raising_the_quarantine_lengthens_a_running_one() {
         "still held back"
     );
 }
+
+fn lobby(c: &mut Connection) -> i64 {
+    info_int(c, "lease", "lease_lobby_waiters")
+}
+
+fn park(s: &Server, c: &mut Connection, args: &[&str], n: i64) -> Sock {
+    let mut w = Sock::connect(s.port);
+    send_text(&mut w, args);
+    until(Duration::from_secs(10), "the request parks", || {
+        lobby(c) == n
+    });
+    w
+}
+
+/// Nothing more arrives on `w` for a while (no second answer).
+fn silent(w: &mut Sock, what: &str) {
+    let more = w.try_reply(Duration::from_millis(600)).unwrap();
+    assert!(more.is_none(), "{what}: a second answer {more:?}");
+}
+
+/// A WAIT inside MULTI or a script cannot block: answered at once, nothing left in the lobby,
+/// nothing granted later to a request nobody waits for.
+#[test]
+fn a_wait_in_a_transaction_or_script_during_the_quarantine_leaves_nothing_behind() {
+    let s = Server::with(debug_opts().module_arg("quarantine", "2000"));
+    let mut c = conn(&s);
+    let mut t = Sock::connect(s.port);
+    t.cmd(&["MULTI"]);
+    t.cmd(&["RWLOCK.WLOCK", "k", "m", "1000", "WAIT", "5000"]);
+    t.cmd(&["SEMAPHORE.ACQUIRE", "s", "m", "2", "1000", "WAIT", "5000"]);
+    let out = t.cmd(&["EXEC"]);
+    assert!(out.array().iter().all(|r| r.is_nil()), "{out:?}");
+    let out = t.cmd(&[
+        "EVAL",
+        "return redis.pcall('LEADER.CAMPAIGN', KEYS[1], 'l', 1000, 'WAIT', 5000)",
+        "1",
+        "e",
+    ]);
+    assert!(out.is_nil(), "{out:?}");
+    assert_eq!(lobby(&mut c), 0);
+    assert_eq!(info_int(&mut c, "lease", "lease_waiters"), 0);
+    until(Duration::from_secs(6), "the quarantine ends", || {
+        left(&mut c) == 0
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        dbsize(&mut c),
+        0,
+        "nothing granted to a request nobody waits for"
+    );
+    token(&r!(c, "RWLOCK.WLOCK", "k", "x", 1000));
+}
+
+/// FLUSHALL and DEBUG RELOAD while requests wait in the lobby: each is answered once, by the
+/// rules (served when grants open), never twice.
+#[test]
+fn flushall_and_reload_leave_the_lobby_to_its_rules() {
+    for how in ["FLUSHALL", "FLUSHALL ASYNC", "DEBUG RELOAD", "FLUSHDB"] {
+        let s = Server::with(debug_opts().module_arg("quarantine", "2500"));
+        let mut c = conn(&s);
+        let mut w1 = park(
+            &s,
+            &mut c,
+            &["RWLOCK.WLOCK", "k", "w1", "1000", "WAIT", "9000"],
+            1,
+        );
+        let mut w2 = park(
+            &s,
+            &mut c,
+            &["RWLOCK.WLOCK", "k", "w2", "1000", "WAIT", "9000"],
+            2,
+        );
+        let args: Vec<&str> = how.split(' ').collect();
+        let r: Value = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query(&mut conn(&s))
+            .unwrap();
+        assert!(!is_err(&r), "{how}: {r:?}");
+        let a = w1
+            .try_reply(Duration::from_secs(8))
+            .unwrap()
+            .expect("w1 answered");
+        assert!(a.int() > 0, "{how}: w1 {a:?}");
+        silent(&mut w1, how);
+        assert!(
+            w2.try_reply(Duration::from_millis(300)).unwrap().is_none(),
+            "{how}: w2 behind w1"
+        );
+        assert_eq!(unlock(&mut c, "k", "w1"), 1, "{how}");
+        let b = w2.reply_within(Duration::from_secs(3), "w2");
+        assert!(b.int() > a.int(), "{how}: {a:?} then {b:?}");
+        silent(&mut w2, how);
+    }
+}
+
+/// A demotion while requests wait in the lobby: each answered once (an error), the lobby gone;
+/// promoted again, the name starts afresh.
+#[test]
+fn a_demotion_sends_the_lobby_away_once() {
+    let m = Server::with(debug_opts());
+    let s = Server::with(debug_opts().module_arg("quarantine", "20000"));
+    let mut c = conn(&s);
+    let mut w = park(
+        &s,
+        &mut c,
+        &["SEMAPHORE.ACQUIRE", "k", "a", "2", "1000", "WAIT", "15000"],
+        1,
+    );
+    r!(c, "REPLICAOF", "127.0.0.1", m.port);
+    // Redis itself unblocks its blocked clients on a demotion and closes them (UNBLOCKED, or
+    // nothing before the close): never a grant, never two answers.
+    match w.try_reply(Duration::from_secs(5)) {
+        Err(closed) => assert!(closed.contains("closed"), "{closed}"),
+        Ok(r) => {
+            let r = r.expect("the lobby waiter answered on a demotion");
+            assert!(!r.err().is_empty(), "{r:?}");
+            assert!(w
+                .try_reply(Duration::from_millis(600))
+                .map_or(true, |m| m.is_none()));
+        }
+    }
+    assert_eq!(lobby(&mut c), 0);
+    r!(c, "REPLICAOF", "NO", "ONE");
+    r!(c, "CONFIG", "SET", "lease.quarantine", "0");
+    // Another kind on the same name now: no trace of the old lobby.
+    token(&r!(c, "RWLOCK.WLOCK", "k", "x", 1000));
+}
+
+/// A string written at a held-back name: its waiter is still answered by its deadline.
+#[test]
+fn a_string_at_a_held_back_name_does_not_keep_its_waiter() {
+    let s = Server::with(debug_opts().module_arg("quarantine", "20000"));
+    let mut c = conn(&s);
+    let sent = Instant::now();
+    let mut w = park(
+        &s,
+        &mut c,
+        &["RWLOCK.WLOCK", "k", "w", "1000", "WAIT", "2000"],
+        1,
+    );
+    r!(c, "SET", "k", "v");
+    let r = w.reply_within(
+        Duration::from_secs(6),
+        "the waiter of a name that became a string",
+    );
+    assert!(r.is_nil() || r.err().starts_with("WRONGTYPE"), "{r:?}");
+    assert!(
+        sent.elapsed() < Duration::from_millis(4500),
+        "{:?}",
+        sent.elapsed()
+    );
+    silent(&mut w, "string");
+    assert_eq!(text(&r!(c, "GET", "k")), "v");
+    assert_eq!(lobby(&mut c), 0);
+}
+
+/// Clients that leave the lobby: the next in arrival order is served, the departed never.
+#[test]
+fn departed_lobby_waiters_are_skipped() {
+    let s = Server::with(debug_opts().module_arg("quarantine", "2500"));
+    let mut c = conn(&s);
+    let w1 = park(
+        &s,
+        &mut c,
+        &["LEADER.CAMPAIGN", "e", "c1", "1000", "WAIT", "9000"],
+        1,
+    );
+    let mut w2 = park(
+        &s,
+        &mut c,
+        &["LEADER.CAMPAIGN", "e", "c2", "1000", "WAIT", "9000"],
+        2,
+    );
+    let mut w3 = park(
+        &s,
+        &mut c,
+        &["LEADER.CAMPAIGN", "e", "c3", "1000", "WAIT", "9000"],
+        3,
+    );
+    drop(w1);
+    until(Duration::from_secs(5), "c1 leaves", || lobby(&mut c) == 2);
+    let a = w2.reply_within(Duration::from_secs(8), "c2");
+    assert!(a.int() > 0, "{a:?}");
+    assert!(
+        w3.try_reply(Duration::from_millis(300)).unwrap().is_none(),
+        "one leader"
+    );
+    let cur = r!(c, "LEADER.CURRENT", "e");
+    assert!(format!("{cur:?}").contains("c2"), "{cur:?}");
+    assert_eq!(resign(&mut c, "e", "c2"), 1);
+    let b = w3.reply_within(Duration::from_secs(3), "c3");
+    assert!(b.int() > a.int(), "{a:?} {b:?}");
+}

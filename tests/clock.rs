@@ -168,7 +168,11 @@ fn a_block_shorter_than_the_bound_is_no_stall() {
         r!(c, "DEBUG", "SLEEP", "1.2");
         token(&r!(other, "RWLOCK.WLOCK", format!("k{i}"), "a", 500));
     }
-    assert_eq!(stalls(&mut c), 0, "DEBUG SLEEP 1.2 at hz 2 counted as a stall");
+    assert_eq!(
+        stalls(&mut c),
+        0,
+        "DEBUG SLEEP 1.2 at hz 2 counted as a stall"
+    );
     r!(c, "DEBUG", "SLEEP", "2");
     token(&r!(other, "RWLOCK.WLOCK", "k", "a", 500));
     assert_eq!(stalls(&mut c), 1, "DEBUG SLEEP 2 is a stall");

@@ -392,3 +392,24 @@ fn a_wait_is_not_lengthened_by_a_backward_step_of_the_wall_clock() {
         "a WAIT 1500 took {took:?}"
     );
 }
+
+/// The stall bound at the default hz (a second): a block just under it is no stall, whatever
+/// comes next; one past it quarantines before the next grant.
+#[test]
+fn debug_sleep_just_under_and_over_the_stall_bound() {
+    let s = Server::with(debug_opts().module_arg("quarantine", "1500"));
+    let mut c = conn(&s);
+    until(Duration::from_secs(10), "the start quarantine", || {
+        left(&mut c) == 0
+    });
+    for i in 0..3 {
+        r!(c, "DEBUG", "SLEEP", "0.7");
+        token(&r!(c, "RWLOCK.WLOCK", format!("u{i}"), "a", 1000));
+    }
+    assert_eq!(info_int(&mut c, "lease", "lease_stalls"), 0);
+    let mut raw = Sock::connect(s.port);
+    raw.cmd(&["DEBUG", "SLEEP", "1.4"]);
+    let r = raw.cmd(&["RWLOCK.WLOCK", "o", "a", "1000"]);
+    assert!(r.is_nil(), "granted right after a 1.4 s block: {r:?}");
+    assert_eq!(info_int(&mut c, "lease", "lease_stalls"), 1);
+}

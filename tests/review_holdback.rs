@@ -413,3 +413,36 @@ fn debug_sleep_just_under_and_over_the_stall_bound() {
     assert!(r.is_nil(), "granted right after a 1.4 s block: {r:?}");
     assert_eq!(info_int(&mut c, "lease", "lease_stalls"), 1);
 }
+
+/// SIGSTOP past the stall bound while a request waits in the lobby, its deadline passing
+/// meanwhile: answered once (nil) as the server resumes, and the quarantine starts again.
+#[test]
+fn a_stop_past_the_bound_with_a_lobby_answers_its_waiter_once() {
+    let s = Server::with(debug_opts().module_arg("quarantine", "3000"));
+    let mut c = conn(&s);
+    let mut w = park(
+        &s,
+        &mut c,
+        &["RWLOCK.WLOCK", "k", "w", "1000", "WAIT", "1000"],
+        1,
+    );
+    signal(&s, "STOP");
+    std::thread::sleep(Duration::from_millis(2500));
+    signal(&s, "CONT");
+    let resumed = Instant::now();
+    let r = w.reply_within(Duration::from_secs(5), "the lobby waiter after SIGCONT");
+    let late = resumed.elapsed();
+    // Its deadline passed while the server was stopped: answered as it resumes, not when the
+    // new quarantine ends (the stall's quarantine re-armed the module's timer past it).
+    assert!(
+        late < Duration::from_millis(1500),
+        "answered {late:?} after SIGCONT"
+    );
+    assert!(r.is_nil(), "{r:?}");
+    silent(&mut w, "after SIGCONT");
+    assert!(info_int(&mut c, "lease", "lease_stalls") >= 1);
+    let l = left(&mut c);
+    assert!(l > 1000, "quarantined again on resuming: {l} ms left");
+    assert!(is_nil(&r!(c, "RWLOCK.WLOCK", "k", "x", 1000)));
+    assert_eq!(lobby(&mut c), 0);
+}

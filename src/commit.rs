@@ -517,7 +517,13 @@ where
         key.delete();
         return;
     }
-    let when = v.core.lock().next_wakeup();
+    let mut when = v.core.lock().next_wakeup();
+    if v.core.lock().waiter_count() > 0 {
+        // Waiters behind holders while grants are held back: look again when grants open.
+        if let Some(open) = holdback::opens_at(db, name) {
+            when = Some(when.map_or(open, |w| w.min(open)));
+        }
+    }
     schedule::set(v.slot, when);
 }
 

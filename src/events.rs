@@ -97,7 +97,7 @@ fn flush(ctx: &Ctx, db: Option<i32>) {
     // Only keys with waiters are opened (their waiters are taken); every other entry of the
     // flushed db(s) just goes. Lobbies stay: their names have no key to flush.
     let selected = ctx.db();
-    for slot in waiting_slots() {
+    for slot in waiters::slots() {
         if let Some((d, name)) = schedule::place(slot) {
             if db.is_none_or(|db| db == d) {
                 let _ = visit(ctx, d, &name, Flushed);
@@ -112,23 +112,6 @@ fn flush(ctx: &Ctx, db: Option<i32>) {
             schedule::detach(slot);
         }
     }
-}
-
-/// The index entries of keys that have waiters (parked, or departed but still queued).
-fn waiting_slots() -> Vec<Slot> {
-    let mut slots: Vec<Slot> = state::with(|s| {
-        let mut v: Vec<Slot> = s.waiters.cancel_slots();
-        v.extend(
-            s.waiters
-                .ids_of(None)
-                .into_iter()
-                .filter_map(|id| s.waiters.get(id).map(|r| r.slot)),
-        );
-        v
-    });
-    slots.sort();
-    slots.dedup();
-    slots
 }
 
 fn swapdb(a: i32, b: i32) {
@@ -175,7 +158,7 @@ fn role(ctx: &Ctx, master: bool) {
     // Redis has already unblocked its blocked clients (they left); empty the queues, which
     // are this server's own (a replica's keys must equal its master's), and the lobbies.
     let selected = ctx.db();
-    let slots = waiting_slots();
+    let slots = waiters::slots();
     waiters::take_cancels();
     for slot in slots {
         if let Some((db, name)) = schedule::place(slot) {

@@ -125,30 +125,36 @@ pub fn start_quarantine() {
 }
 
 /// `CONFIG SET lease.quarantine`: a running quarantine lasts the new setting from its start
-/// (0 ends it now); the names held back by it are looked at again at once, so their waiters
-/// are served by the rules as they are now.
+/// (longer or shorter; 0 ends it now). Every name with waiters (keys and lobbies) is looked at
+/// again at once, so its waiters are served by the rules as they are now and its next wake-up
+/// is set again from its own deadlines and the new end.
 pub fn quarantine_set() {
     let q = config::quarantine_ms();
     let now = monotonic_ms();
-    let left = state::with(move |s| {
-        let end = s.quarantine_since.saturating_add(q);
-        if s.quarantine_until > now && end < s.quarantine_until {
-            s.quarantine_until = end.max(now);
-            return Some(s.quarantine_until - now);
+    let running = state::with(move |s| {
+        if s.quarantine_until <= now {
+            return false;
         }
-        None
+        s.quarantine_until = s.quarantine_since.saturating_add(q).max(now);
+        true
     });
-    if let Some(left) = left {
-        let slots: Vec<Slot> = with_lobby(|l| {
-            l.values()
-                .flat_map(|m| m.values())
-                .map(|x| x.slot)
-                .collect()
-        });
-        let at = now_ms().saturating_add(left);
-        for slot in slots {
+    if running {
+        let at = now_ms();
+        for slot in waiters::slots() {
             schedule::set(slot, Some(at));
         }
+    }
+}
+
+/// When grants on `name` in `db` open again, if they are held back now: a key's waiters are
+/// looked at then too, not only at their deadlines and its leases' ends. Cheap when nothing is
+/// held back.
+pub fn opens_at(db: i32, name: &[u8]) -> Option<Ms> {
+    let quiet = state::with(|s| s.quarantine_until == 0 && s.evicted.is_empty());
+    if quiet {
+        None
+    } else {
+        held_until(db, name)
     }
 }
 
@@ -200,6 +206,7 @@ const SUSPECT_MS: Ms = STALL_FLOOR_MS / 2;
 /// the clock. Back-to-back requests read no second clock.
 pub fn suspect(s: &mut Shell, now: Ms) -> bool {
     let last = std::mem::replace(&mut s.last_wall, now);
+    // The first request since the module loaded has nothing to compare with: it checks.
     last == 0 || now < last || now - last > SUSPECT_MS
 }
 

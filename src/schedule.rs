@@ -30,10 +30,12 @@ pub fn arm(at: Ms) {
         return;
     };
     let now = now_ms();
-    // A recorded timer whose time has passed is dead (it fired and its run ended in a
-    // panic before saying so): it no longer counts as armed.
+    // A recorded timer that is due no later than `at` stays: it has not fired yet (the timer's
+    // first step forgets it, see `fired`), even when its time has passed, as after a stall or
+    // inside a long command. Replacing an overdue one would put every due lapse and wait
+    // deadline off until `at`.
     let stop = state::with(move |s| match s.timer {
-        Some((_, when)) if when <= at && when >= now => Err(()),
+        Some((_, when)) if when <= at => Err(()),
         other => Ok(other.map(|(id, _)| id)),
     });
     let Ok(stop) = stop else { return };

@@ -144,6 +144,24 @@ pub fn rebind(ids: &[u64], slot: Slot) {
     });
 }
 
+/// The index entries of keys (and lobbies) that have waiters, parked or departed but still
+/// queued, each once.
+pub fn slots() -> Vec<Slot> {
+    let mut slots: Vec<Slot> = state::with(|s| {
+        let mut v: Vec<Slot> = s.waiters.cancel_slots();
+        v.extend(
+            s.waiters
+                .ids_of(None)
+                .into_iter()
+                .filter_map(|id| s.waiters.get(id).map(|r| r.slot)),
+        );
+        v
+    });
+    slots.sort();
+    slots.dedup();
+    slots
+}
+
 /// Every waiter id (for a demotion).
 pub fn all() -> Vec<u64> {
     state::with(|s| s.waiters.ids_of(None))

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from redis_lease import Deadlock, LossReason, MaxHold, MultiLock, RwLock
 
 
@@ -58,9 +57,7 @@ def test_a_wait_that_would_deadlock_raises(r):
     o1 = r.execute_command("RWLOCK.WLOCK", "py:da", "o1", 10000)
     o2 = r.execute_command("RWLOCK.WLOCK", "py:db", "o2", 10000)
     assert o1 and o2
-    parked = threading.Thread(
-        target=lambda: r.execute_command("RWLOCK.WLOCK", "py:db", "o1", 10000, "WAIT", 3000)
-    )
+    parked = threading.Thread(target=lambda: r.execute_command("RWLOCK.WLOCK", "py:db", "o1", 10000, "WAIT", 3000))
     parked.start()
     time.sleep(0.3)
     with pytest.raises(Deadlock):

@@ -87,9 +87,7 @@ class MultiGuard:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=self._lock.ttl)
-        n = self._lock._client.execute_command(
-            "RWLOCK.MUNLOCK", len(self._lock.keys), *self._lock.keys, self.owner
-        )
+        n = self._lock._client.execute_command("RWLOCK.MUNLOCK", len(self._lock.keys), *self._lock.keys, self.owner)
         if self.reason is None:
             self.reason = LossReason.RELEASED
         return int(n) == len(self._lock.keys)

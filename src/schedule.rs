@@ -30,12 +30,14 @@ pub fn arm(at: Ms) {
         return;
     };
     let now = now_ms();
-    // A recorded timer that is due no later than `at` stays: it has not fired yet (the timer's
-    // first step forgets it, see `fired`), even when its time has passed, as after a stall or
-    // inside a long command. Replacing an overdue one would put every due lapse and wait
-    // deadline off until `at`.
+    // A recorded timer due no later than `at`, and not yet overdue, stays. An overdue one is
+    // not stopped: it has most likely not fired yet (the timer's first step forgets it, see
+    // `fired`), as after a stall or inside a long command, and stopping it would put every
+    // due lapse and wait deadline off until `at`. But it may also never fire (its callback
+    // failed before that first step), so a timer for `at` is armed beside it.
     let stop = state::with(move |s| match s.timer {
-        Some((_, when)) if when <= at => Err(()),
+        Some((_, when)) if when <= at && when >= now => Err(()),
+        Some((_, when)) if when < now => Ok(None),
         other => Ok(other.map(|(id, _)| id)),
     });
     let Ok(stop) = stop else { return };

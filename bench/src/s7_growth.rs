@@ -135,26 +135,19 @@ async fn parked(st: &Settings, total: usize, keys: usize) -> BenchResult<Parked>
     let before = used_memory(&mut conn).await?;
     let ttl = LONG_TTL.to_string();
     // Round robin: waiter i queues on key i % keys, so each key's queue is in waiter order.
-    let cmds = (0..total)
+    let mut cmds: Vec<Vec<u8>> = (0..total)
         .map(|i| {
             let o = contender::new_owner();
             resp::encode_str(&["RWLOCK.WLOCK", &names[i % keys], &o, &ttl, "WAIT", "300000"])
         })
         .collect();
+    // The first round (one request per key) parks first, so that connection k is the head
+    // of key k's queue (`open_waiters` connects many at once, in no set order).
+    let rest = cmds.split_off(keys.min(total));
     let mut conns = open_waiters(server.port, cmds).await?;
-    let until = Instant::now() + Duration::from_secs(30) + Duration::from_millis(total as u64);
-    loop {
-        let n: usize = info_field(&mut conn, "lease", "lease_waiters")
-            .await?
-            .parse()?;
-        if n >= total {
-            break;
-        }
-        if Instant::now() > until {
-            return Err(format!("only {n} of {total} requests parked").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    parked_at_least(&mut conn, keys.min(total)).await?;
+    conns.extend(open_waiters(server.port, rest).await?);
+    parked_at_least(&mut conn, total).await?;
     let per = (used_memory(&mut conn).await? - before) / total as f64;
     let mut lat = Vec::new();
     // The head waiter of key k is connection k (the first round of the round robin).
@@ -178,6 +171,21 @@ async fn parked(st: &Settings, total: usize, keys: usize) -> BenchResult<Parked>
     conns.clear();
     lat.sort_by(f64::total_cmp);
     Ok((per, lat))
+}
+
+/// Waits (bounded) until `n` requests are parked on the server.
+async fn parked_at_least(conn: &mut RawConn, n: usize) -> BenchResult<()> {
+    let until = Instant::now() + Duration::from_secs(30) + Duration::from_millis(n as u64);
+    loop {
+        let now: usize = info_field(conn, "lease", "lease_waiters").await?.parse()?;
+        if now >= n {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err(format!("only {now} of {n} requests parked").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// `n` leases ending within the same second: (server CPU µs per lapse, ms from the last

@@ -170,7 +170,7 @@ fn top_once_prints_a_frame_with_keys_figures_and_the_histogram() {
         .args(["--url", &s.url(), "top", "--once", "wide"])
         .output()
         .unwrap();
-    assert_eq!(bad.status.code(), Some(2), "a usage error");
+    assert_eq!(bad.status.code(), Some(64), "a usage error (EX_USAGE)");
 }
 
 /// What a 100x30 terminal shows after everything `term` received.

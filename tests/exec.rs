@@ -3,6 +3,7 @@
 //! user; otherwise the reply starts with FENCED and nothing runs. docs/COMMANDS.md, LEASE.EXEC.
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use redis_lease_testkit::prelude::*;
 
@@ -225,6 +226,9 @@ fn the_commands_effects_replicate_and_reach_the_aof() {
     let replica = start_replica(&master);
     sync(&master, &replica);
     let mut m = conn(&master);
+    // The first AOF rewrite (made at start, put off while the replica's sync saved) is over
+    // before the writes, so they are in the incremental file, not in a new base.
+    wait_persistence_idle(&mut m);
     let t = token(&r!(m, "RWLOCK.WLOCK", "lk", "a", LONG));
     assert_eq!(
         text(&r!(m, "LEASE.EXEC", "lk", t, "SET", "data", "v")),
@@ -239,10 +243,15 @@ fn the_commands_effects_replicate_and_reach_the_aof() {
     assert!(is_err(&r!(r, "LEASE.EXEC", "lk", t, "SET", "data", "w")));
     // The AOF holds the command, not LEASE.EXEC (a replay must not check a clock).
     wait_persistence_idle(&mut m);
-    let cmds = parse_aof(&std::fs::read(aof_incr_path(&master)).unwrap());
-    assert!(cmds
-        .iter()
-        .any(|c| c[0].eq_ignore_ascii_case("SET") && c[1] == "data"));
+    // A write to the AOF may be put off while an fsync runs (appendfsync everysec): look
+    // again for a moment.
+    let mut cmds = Vec::new();
+    let written = eventually(Duration::from_secs(5), || {
+        cmds = parse_aof(&std::fs::read(aof_incr_path(&master)).unwrap());
+        cmds.iter()
+            .any(|c| c[0].eq_ignore_ascii_case("SET") && c[1] == "data")
+    });
+    assert!(written, "no SET data in the AOF: {cmds:?}");
     assert!(
         cmds.iter()
             .all(|c| !c[0].eq_ignore_ascii_case("LEASE.EXEC")),

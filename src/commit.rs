@@ -281,6 +281,7 @@ pub fn decide_many<T>(
     let mut env = Env {
         now,
         round_up,
+        mono: schedule::mono(),
         tokens: &mut tokens,
         alive: &alive,
         grants: if held { Grants::Held } else { Grants::Open },
@@ -365,6 +366,7 @@ fn run<K: Keyed, T>(
         let mut env = Env {
             now,
             round_up,
+            mono: schedule::mono(),
             tokens: &mut tokens,
             alive: &alive,
             grants,
@@ -517,7 +519,7 @@ where
         key.delete();
         return;
     }
-    let mut when = v.core.lock().next_wakeup();
+    let mut when = schedule::wakeup_of(v.core.lock());
     if v.core.lock().waiter_count() > 0 {
         // Waiters behind holders while grants are held back: look again when grants open.
         if let Some(open) = holdback::opens_at(db, name) {

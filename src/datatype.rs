@@ -144,7 +144,7 @@ impl<K: Saved> DataType for Stored<K> {
             let now = Some(crate::clock::now_ms());
             let when = match holdback::lobby_slot(db, name) {
                 Some(_) => now,
-                None => v.core.lock().next_wakeup().or(now),
+                None => crate::schedule::wakeup_of(v.core.lock()).or(now),
             };
             schedule::set(v.slot, when);
         }
@@ -227,7 +227,7 @@ impl<K: Saved> DataType for Stored<K> {
             // A copy at a held-back name takes the lobby's waiters in at once.
             let when = match holdback::lobby_slot(p.db, p.name) {
                 Some(_) => Some(crate::clock::now_ms()),
-                None => copy.core.lock().next_wakeup(),
+                None => crate::schedule::wakeup_of(copy.core.lock()),
             };
             schedule::set(copy.slot, when);
         }

@@ -50,11 +50,15 @@ fn cron(ctx: &Ctx, hz: i32) {
 
 /// Each turn of the event loop (before it sleeps, after it wakes): the server runs now, so a
 /// stall is measured from the last moment it ran, not from the last cron tick (a command that
-/// blocks the server for less than the bound is no stall).
+/// blocks the server for less than the bound is no stall). A step of the wall clock is seen
+/// here too: every key with waiters is looked at again, so no wait outlasts its deadline.
 fn turn(_ctx: &Ctx) {
     let now = server::monotonic_ms();
     if let Some(gap) = state::with(move |s| holdback::ran(s, now)) {
         holdback::stalled(gap);
+    }
+    if schedule::wall_stepped(now_ms(), now) {
+        waiters::look_again();
     }
 }
 
@@ -231,7 +235,7 @@ impl Visitor for Moved {
         // turn goes through the commit path).
         let when = match holdback::lobby_slot(db, name) {
             Some(_) => Some(now_ms()),
-            None => v.core.lock().next_wakeup(),
+            None => schedule::wakeup_of(v.core.lock()),
         };
         schedule::set(v.slot, when);
     }

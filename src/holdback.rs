@@ -139,10 +139,7 @@ pub fn quarantine_set() {
         true
     });
     if running {
-        let at = now_ms();
-        for slot in waiters::slots() {
-            schedule::set(slot, Some(at));
-        }
+        waiters::look_again();
     }
 }
 
@@ -295,7 +292,7 @@ pub fn put(db: i32, name: &[u8], lobby: Lobby) {
         schedule::detach(lobby.slot);
         return;
     }
-    let (slot, until) = (lobby.slot, lobby.lock.next_wakeup());
+    let (slot, until) = (lobby.slot, schedule::wakeup_of(&lobby.lock));
     let key: Box<[u8]> = name.into();
     with_lobby(move |l| {
         l.entry(db).or_default().insert(key, lobby);

@@ -74,6 +74,9 @@ mod module {
         let Some(ctx) = Ctx::from_module(ctx) else {
             return Status::Err;
         };
+        if let Some(clock) = server::wall_clock() {
+            crate::clock::use_server_clock(clock);
+        }
         datatype::init();
         timer::init(&ctx);
         schedule::init(crate::timer::fire);

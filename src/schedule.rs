@@ -5,10 +5,11 @@
 
 use std::sync::OnceLock;
 
-use redis_lease_core::Ms;
+use redis_lease_core::{Lock, Mono, Ms};
 
 use crate::clock::now_ms;
 use crate::ffi::ctx::Ctx;
+use crate::ffi::server::monotonic_ms;
 use crate::ffi::timer;
 use crate::index::{Place, Slot};
 use crate::state;
@@ -23,6 +24,36 @@ pub fn init(fire: fn(&Ctx)) {
 /// The longest single timer; a later wake-up re-arms when it fires. (A far deadline must not
 /// overflow Redis's timer arithmetic, ms * 1000 in a 64-bit µs clock.)
 const MAX_TIMER_MS: u64 = 60_000;
+
+/// The monotonic clock the core's wait deadlines are kept on.
+pub static MONO: fn() -> Ms = monotonic_ms;
+
+/// The monotonic clock for one core operation (read only if a wait deadline is looked at).
+pub fn mono() -> Mono<'static> {
+    Mono::read(&MONO)
+}
+
+/// When (wall-clock ms) the timer must look at `lock` again: its first lease deadline or its
+/// first wait deadline, whichever comes first.
+pub fn wakeup_of(lock: &Lock) -> Option<Ms> {
+    lock.next_wakeup(now_ms(), &mono())
+}
+
+/// The least step of the wall clock against the monotonic one (either way) that moves the
+/// wait deadlines' places on the wall clock enough to look at their keys again. A clock that
+/// NTP slews moves far less between two turns of the event loop.
+const STEP_MS: i64 = 50;
+
+/// Notes both clocks at a turn of the event loop; true if the wall clock stepped since the
+/// last turn. A key's wake-up is on the wall clock, its waits' deadlines on the monotonic
+/// one: after a step back, a wake-up set for a wait would come late.
+pub fn wall_stepped(wall: Ms, mono: Ms) -> bool {
+    let ahead = (wall as i64).wrapping_sub(mono as i64);
+    state::with(move |s| {
+        let last = s.wall_ahead.replace(ahead);
+        last.is_some_and(|l| ahead.wrapping_sub(l).abs() > STEP_MS)
+    })
+}
 
 /// Makes sure the timer fires no later than `at`.
 pub fn arm(at: Ms) {

@@ -88,6 +88,9 @@ pub struct Shell {
     /// The wall clock at the last request: a hint for requests to check for a stall (see
     /// `holdback::suspect`).
     pub last_wall: Ms,
+    /// How far the wall clock was ahead of the monotonic one at the last turn of the event
+    /// loop (see `schedule::wall_stepped`; `None`: not seen yet).
+    pub wall_ahead: Option<i64>,
     /// A gap longer than this between two runs is a stall (see `holdback::ran`).
     pub stall_after: Ms,
     /// This server is a master (kept from the role events, for the hot path).

@@ -13,6 +13,7 @@ use crate::ffi::block::{self, Parked};
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::WRONGTYPE;
 use crate::ffi::reply::ReplyError;
+use crate::ffi::server::monotonic_ms;
 use crate::index::Slot;
 use crate::num::saturating_i64;
 use crate::registry::Rec;
@@ -78,7 +79,8 @@ pub fn next_id() -> u64 {
 /// for a multi-key request, the keys at `more`). The command then returns without a reply.
 pub fn park(ctx: &Ctx, id: u64, owner: &Id, slot: Slot, more: Vec<Slot>) {
     let client = block::block::<Waiters>(ctx);
-    let since = now_ms();
+    // Waits are timed on the monotonic clock, as their deadlines are.
+    let since = monotonic_ms();
     let owner = owner.clone();
     state::with(|s| {
         s.waiters.insert(
@@ -102,13 +104,14 @@ pub fn alive(id: u64) -> bool {
 
 /// Answers waiter `id` (no-op if it is not parked any more); true if it was.
 pub fn answer(id: u64, a: Answer) -> bool {
+    let now = monotonic_ms();
     let rec = state::with(|s| {
         let rec = s.waiters.remove(id)?;
-        s.wait_times.record(now_ms().saturating_sub(rec.since));
+        let waited = now.saturating_sub(rec.since);
+        s.wait_times.record(waited);
         let st = &mut s.stats;
         match &a {
             Answer::Token(_) | Answer::Tokens(_) => {
-                let waited = now_ms().saturating_sub(rec.since);
                 st.handoffs += 1;
                 st.wait_ms_total += waited;
                 st.wait_ms_max = st.wait_ms_max.max(waited);
@@ -162,6 +165,16 @@ pub fn slots() -> Vec<Slot> {
     slots
 }
 
+/// Every key (and lobby) with waiters is looked at now: the rules they wait under changed
+/// (`CONFIG SET lease.quarantine`), or where their wait deadlines fall on the wall clock (a
+/// step of the wall clock). Each then sets its next wake-up again from its own deadlines.
+pub fn look_again() {
+    let at = now_ms();
+    for slot in slots() {
+        crate::schedule::set(slot, Some(at));
+    }
+}
+
 /// Every waiter id (for a demotion).
 pub fn all() -> Vec<u64> {
     state::with(|s| s.waiters.ids_of(None))
@@ -171,9 +184,10 @@ pub fn all() -> Vec<u64> {
 /// out of its key's queue (done the next time the key is touched where replication is
 /// allowed: the timer is armed for now), and let go of the handle.
 fn leave(client: usize) {
-    let left = state::with(|s| {
+    let now = monotonic_ms();
+    let left = state::with(move |s| {
         let (_, rec) = s.waiters.leave(client)?;
-        s.wait_times.record(now_ms().saturating_sub(rec.since));
+        s.wait_times.record(now.saturating_sub(rec.since));
         s.stats.waiters_left += 1;
         Some(rec)
     });

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_lease_testkit::prelude::*;
 
@@ -52,17 +52,33 @@ impl Shifted {
         }
     }
 
-    /// Whether the shim steps this server's clock (it cannot where the server reads the time
-    /// without going through libc): the tests that need it say so and stop otherwise.
+    /// Whether the shim steps this server's clock as the module reads it (it cannot where the
+    /// server reads the time without going through libc, or loads modules with
+    /// `RTLD_DEEPBIND`, which binds the module's own libc calls past the preloaded shim): the
+    /// tests that need it say so and stop otherwise.
     fn steps(&self, c: &mut Connection) -> bool {
-        let before = time_ms(c);
+        // A hold the module granted before the step: the ttl it shows (its deadline less the
+        // module's clock) grows by the step once the module reads the stepped clock. A
+        // quarantine after the start holds the grant back for a moment.
+        until(
+            Duration::from_secs(10),
+            "a grant to read the clock by",
+            || token_or_nil(&r!(c, "RWLOCK.WLOCK", "clock:probe", "probe", 1000)).is_some(),
+        );
+        let ttl = |c: &mut Connection| {
+            let info = lock_info(c, "clock:probe");
+            info.holders.first().map_or(0, |h| h.ttl)
+        };
         self.shift(-60_000);
-        let after = time_ms(c);
+        let ok = eventually(Duration::from_secs(2), || ttl(c) > 30_000);
         self.shift(0);
-        let ok = before - after > 30_000;
+        until(Duration::from_secs(2), "the clock is back", || {
+            ttl(c) <= 1000
+        });
+        r!(c, "RWLOCK.UNLOCK", "clock:probe", "probe");
         if !ok {
             eprintln!(
-                "SKIPPED: the clock shim does not step this server's wall clock ({})",
+                "SKIPPED: the clock shim does not step the wall clock the module reads on {}",
                 server_binary()
             );
         }
@@ -88,6 +104,13 @@ impl Drop for Shifted {
     }
 }
 
+fn real_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 fn time_ms(c: &mut Connection) -> i64 {
     let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
     t[0] * 1000 + t[1] / 1000
@@ -110,18 +133,14 @@ fn the_shim_steps_the_servers_wall_clock() {
     }
     // Valkey may answer TIME from a clock it caches for a moment: each reading is looked at
     // again (up to 2 s) until it shows the step it should.
-    let real = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    };
+    let real = real_ms;
     let mut before = time_ms(&mut c);
     let unshifted = eventually(Duration::from_secs(2), || {
         before = time_ms(&mut c);
         (before - real()).abs() < 1000
     });
     assert!(unshifted, "TIME {before} is not the real clock {}", real());
+    token(&r!(c, "RWLOCK.WLOCK", "k", "a", 10_000));
     s.shift(-5000);
     let mut after = time_ms(&mut c);
     let stepped = eventually(Duration::from_secs(2), || {
@@ -129,11 +148,12 @@ fn the_shim_steps_the_servers_wall_clock() {
         (before - after - 5000).abs() < 1000
     });
     assert!(stepped, "TIME went from {before} to {after}");
-    // The module reads the same clock: its first token is the clock floor, now * 1000.
-    let t = token(&r!(c, "RWLOCK.WLOCK", "k", "a", 10_000));
+    // The module reads the same clock: the lease it granted before the step (for 10 s) has
+    // about 15 s left on the stepped clock.
+    let ttl = lock_info(&mut c, "k").holders[0].ttl;
     assert!(
-        (t / 1000 - after).abs() < 1000,
-        "token {t} on a clock at {after}"
+        (ttl - 15_000).abs() < 1000,
+        "ttl {ttl} on a clock stepped back 5 s"
     );
 }
 
@@ -216,4 +236,86 @@ fn a_block_shorter_than_the_bound_is_no_stall() {
     r!(c, "DEBUG", "SLEEP", "2");
     token(&r!(other, "RWLOCK.WLOCK", "k", "a", 500));
     assert_eq!(stalls(&mut c), 1, "DEBUG SLEEP 2 is a stall");
+}
+
+fn send_text(w: &mut Sock, args: &[&str]) {
+    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+    w.send(&a);
+}
+
+fn waiters(c: &mut Connection) -> i64 {
+    info_int(c, "lease", "lease_waiters")
+}
+
+/// Item 7: a wait is a local duration: a step of the wall clock back during it does not
+/// lengthen it (the key's wake-up, on the wall clock, is set again when the step is seen),
+/// and a step forward does not cut it short. Leases keep their absolute deadlines.
+#[test]
+fn a_wait_is_neither_lengthened_nor_cut_short_by_a_step_of_the_wall_clock() {
+    let s = Shifted::start(debug_opts());
+    let mut c = conn(&s.server);
+    if !s.steps(&mut c) {
+        return;
+    }
+    token(&r!(c, "RWLOCK.WLOCK", "k", "a", 60_000));
+    // Back: a WAIT 1500 still ends about 1.5 s after it was asked.
+    let mut w = Sock::connect(s.server.port);
+    let sent = Instant::now();
+    send_text(&mut w, &["RWLOCK.WLOCK", "k", "b", "1000", "WAIT", "1500"]);
+    until(Duration::from_secs(5), "b parks", || waiters(&mut c) == 1);
+    s.shift(-5000);
+    let r = w.reply_within(Duration::from_secs(9), "b's wait");
+    let took = sent.elapsed();
+    assert!(r.is_nil(), "{r:?}");
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_millis(3500),
+        "a WAIT 1500 took {took:?} with the wall clock stepped back 5 s"
+    );
+    // Forward: a WAIT 3000 is not over at once when the wall clock jumps 10 s ahead.
+    let sent = Instant::now();
+    send_text(&mut w, &["RWLOCK.WLOCK", "k", "c", "1000", "WAIT", "3000"]);
+    until(Duration::from_secs(5), "c parks", || waiters(&mut c) == 1);
+    s.shift(5000);
+    let r = w.reply_within(Duration::from_secs(9), "c's wait");
+    let took = sent.elapsed();
+    assert!(r.is_nil(), "{r:?}");
+    assert!(
+        took >= Duration::from_millis(3000) && took < Duration::from_millis(5000),
+        "a WAIT 3000 took {took:?} with the wall clock stepped 10 s ahead"
+    );
+    // The holder's lease (60 s from the start) still runs: absolute deadlines.
+    token(&r!(c, "RWLOCK.RENEW", "k", "a", 60_000));
+}
+
+/// Item 7, in the lobby: a request parked while grants are held (a quarantine) keeps its
+/// wait's length whatever the wall clock does meanwhile, and is answered once.
+#[test]
+fn a_lobby_wait_is_not_lengthened_by_a_backward_step_of_the_wall_clock() {
+    let s = Shifted::start(debug_opts());
+    let mut c = conn(&s.server);
+    if !s.steps(&mut c) {
+        return;
+    }
+    // A quarantine after a load: grants are held, requests wait in the lobby.
+    r!(c, "CONFIG", "SET", "lease.quarantine", "30000");
+    r!(c, "DEBUG", "RELOAD");
+    assert!(quarantine_left(&mut c) > 20_000);
+    let mut w = Sock::connect(s.server.port);
+    let sent = Instant::now();
+    send_text(&mut w, &["RWLOCK.WLOCK", "q", "b", "1000", "WAIT", "1500"]);
+    until(Duration::from_secs(5), "b parks in the lobby", || {
+        waiters(&mut c) == 1
+    });
+    s.shift(-5000);
+    let r = w.reply_within(Duration::from_secs(9), "b's wait");
+    let took = sent.elapsed();
+    assert!(r.is_nil(), "{r:?}");
+    assert!(
+        took < Duration::from_millis(3500),
+        "a WAIT 1500 in the lobby took {took:?} with the wall clock stepped back 5 s"
+    );
+    assert!(
+        w.try_reply(Duration::from_millis(300)).unwrap().is_none(),
+        "answered twice"
+    );
 }

@@ -22,7 +22,7 @@ mod tokens;
 pub mod waitfor;
 
 pub use effect::{Changes, DropReason, Effect, Ended, Woken};
-pub use env::{Env, Grants};
+pub use env::{Env, Grants, Mono};
 pub use holders::{Hold, HolderView};
 pub use id::{AsId, Id, IdBytes};
 pub use lock::{

@@ -23,7 +23,8 @@ pub enum Kind {
 pub struct Wait {
     /// The waiter id the shell chose (increasing with arrival).
     pub id: u64,
-    /// When the wait ends without a grant; `None` waits without a limit.
+    /// When the wait ends without a grant, on the monotonic clock ([`crate::Mono`]); `None`
+    /// waits without a limit.
     pub until: Option<Ms>,
 }
 
@@ -181,14 +182,14 @@ impl Lock {
         self.holders.max_deadline()
     }
 
-    /// When the shell must look at this key again: its first lease deadline or its first
-    /// wait deadline, whichever comes first.
-    pub fn next_wakeup(&self) -> Option<Ms> {
+    /// When (wall-clock ms, seen from `now` and `mono`) the shell must look at this key
+    /// again: its first lease deadline or its first wait deadline, whichever comes first.
+    pub fn next_wakeup(&self, now: Ms, mono: &crate::Mono) -> Option<Ms> {
         let until = self
             .queue
             .as_ref()
             .and_then(|q| q.first_until())
-            .map(|u| u.0);
+            .map(|u| mono.to_wall(u.0, now));
         match (self.holders.min_deadline(), until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -359,17 +360,23 @@ impl Lock {
     /// and the key is handed on; a waiter whose wait ends before the key frees up for it
     /// times out. At a tie the lapse goes first, so a waiter still waiting at the moment the
     /// key frees up is served.
+    ///
+    /// Wait deadlines are on the monotonic clock, lease deadlines on the wall clock: they are
+    /// ordered by where the wait's deadline falls on the wall clock now.
     pub(crate) fn step(&mut self, kind: Kind, op: &mut Op) {
         let now = op.env.now;
         loop {
             let lapse = self.holders.min_deadline().filter(|d| *d <= now);
+            let mono = &op.env.mono;
             let timeout = self
                 .queue
                 .as_ref()
                 .and_then(|q| q.first_until())
-                .filter(|(u, _)| *u <= now);
+                .filter(|(u, _)| *u <= mono.now());
             match (lapse, timeout) {
-                (lapse, Some((until, id))) if lapse.is_none_or(|d| until < d) => {
+                (lapse, Some((until, id)))
+                    if lapse.is_none_or(|d| mono.to_wall(until, now) < d) =>
+                {
                     if let Some(q) = self.queue.as_mut() {
                         q.cancel(id);
                     }

@@ -14,7 +14,8 @@ pub struct Waiter {
     pub permits: u32,
     /// The lease the waiter asked for, in ms; its deadline counts from the grant.
     pub ttl: u64,
-    /// When the wait ends without a grant (`None`: it waits without a limit).
+    /// When the wait ends without a grant, on the monotonic clock (`None`: it waits without
+    /// a limit).
     pub until: Option<Ms>,
     /// The most ms the hold may last from its grant, renewals included (0: no cap).
     pub max_hold: u64,

@@ -161,6 +161,9 @@ enum Kind {
 enum Op {
     SetClock(u64),
     Advance(u64),
+    /// The wall clock alone steps (NTP, an operator): wait deadlines, on the monotonic clock,
+    /// stay where they were.
+    StepWall(i64),
     Lock {
         slot: usize,
         owner: usize,
@@ -381,7 +384,7 @@ impl State {
             }
         };
         let id = rng.id(self.world.next_id());
-        let until = rng.until(self.world.now);
+        let until = rng.until(self.world.mono());
         let wait = rng.chance(60).then_some(Wait { id, until });
         match rng.below(112) {
             0..=2 => Op::SetClock(match rng.below(24) {
@@ -393,6 +396,7 @@ impl State {
                 5..=8 => self.world.now.saturating_sub(rng.below(1000)),
                 _ => 1_700_000_000_000 + rng.below(1_000_000),
             }),
+            13 if rng.chance(50) => Op::StepWall(rng.below(20_000) as i64 - 10_000),
             // Huge clocks do not last: most runs stay in a realistic range.
             3..=12 if self.world.now >= u64::MAX / 1000 && rng.chance(50) => {
                 Op::SetClock(1_700_000_000_000 + rng.below(1_000_000))
@@ -532,6 +536,10 @@ impl State {
         let mut out: Option<(usize, Changes)> = None;
         match op {
             Op::SetClock(t) => world.now = *t,
+            Op::StepWall(ms) => {
+                world.now = now.saturating_add_signed(*ms);
+                world.wall_ahead = world.wall_ahead.saturating_add(*ms);
+            }
             Op::Advance(ms) => world.now = now.saturating_add(*ms),
             Op::Lock {
                 slot,
@@ -693,7 +701,7 @@ impl State {
                     l.next_deadline(),
                     l.last_deadline(),
                     l.last_token(),
-                    l.next_wakeup(),
+                    world.next_wakeup(l),
                     l.limit(),
                     l.permits_used(),
                     l.heap_bytes_rounded(|n| n.next_power_of_two()),

@@ -593,7 +593,7 @@ fn a_waiter_id_used_twice_leaves_one_waiter_and_no_stale_wait_deadline() {
         Ok(Acquire::Queued)
     );
     assert_eq!(f.lock.0.waiter_count(), 1);
-    assert_eq!(f.lock.0.next_wakeup(), Some(1_100));
+    assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_100));
     f.world.now = 1_060;
     f.tick();
     assert!(f.timed_out_ids().is_empty());

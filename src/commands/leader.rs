@@ -91,7 +91,7 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
             None => ctx.reply_null(),
         }
         ctx.reply_bulk(b"queue");
-        queue::reply(ctx, &waiting, Shape::Election, now, fraction);
+        queue::reply(ctx, &waiting, Shape::Election);
         ctx.reply_bulk(b"waiters");
         ctx.reply_int(seen.waiters as i64);
         Reply::Written

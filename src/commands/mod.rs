@@ -13,13 +13,13 @@ pub mod semaphore;
 
 use redis_lease_core::{Acquire, Changes, Effect, Env, Id, LockError, Wait};
 
-use crate::clock;
 use crate::commit::{decide, replay, Open, Origin};
 use crate::ffi::args::Args;
 use crate::ffi::ctx::Ctx;
 use crate::ffi::key::{Access, Key, Typed, WRONGTYPE};
 use crate::ffi::replicate::Owner;
 use crate::ffi::reply::{Reply, ReplyError};
+use crate::ffi::server;
 use crate::num::saturating_i64;
 use crate::parse::{self, Wait as WaitOpt};
 use crate::value::{Saved, Stored};
@@ -86,13 +86,14 @@ pub fn options(
     Ok(opts(ctx, o))
 }
 
-/// A fresh wait of `ms` (0: without limit) from now. Like a lease, a wait never ends early:
-/// its deadline rounds up past a whole ms.
+/// A fresh wait of `ms` (0: without limit) from now, on the monotonic clock (a wait is a
+/// local duration: no step of the wall clock lengthens or shortens it). Like a lease, a wait
+/// never ends early: its deadline rounds up past a whole ms.
 pub fn new_wait(ms: u64) -> Wait {
     Wait {
         id: waiters::next_id(),
         until: (ms > 0).then(|| {
-            let (now, fraction) = clock::now();
+            let (now, fraction) = server::monotonic();
             now.saturating_add(ms).saturating_add(u64::from(fraction))
         }),
     }

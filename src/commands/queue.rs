@@ -4,6 +4,7 @@ use redis_lease_core::{Keyed, Ms, Waiter};
 
 use super::{ms_left, Seen};
 use crate::ffi::ctx::Ctx;
+use crate::ffi::server;
 use crate::{holdback, state};
 
 /// The most waiters a reply shows (their count is in `waiters`).
@@ -21,7 +22,7 @@ pub enum Shape {
 }
 
 /// The key's live waiters (the lobby's for a name without a key), at most [`SHOWN`], each
-/// with the ms at which it was queued.
+/// with the monotonic ms at which it was queued.
 pub fn of<K: Keyed + Sync>(ctx: &Ctx, name: &[u8], seen: &Seen<'_, K>) -> Vec<(Waiter, Ms)> {
     let lobby = match seen.value {
         Some(_) => Vec::new(),
@@ -38,8 +39,10 @@ pub fn of<K: Keyed + Sync>(ctx: &Ctx, name: &[u8], seen: &Seen<'_, K>) -> Vec<(W
 }
 
 /// Replies the `queue` array: one map per waiter (see [`Shape`]) with `waited` (ms since it
-/// was queued) and `left` (ms until its wait ends, -1 when it waits without a limit).
-pub fn reply(ctx: &Ctx, queue: &[(Waiter, Ms)], shape: Shape, now: Ms, fraction: bool) {
+/// was queued) and `left` (ms until its wait ends, -1 when it waits without a limit), both on
+/// the monotonic clock that times waits.
+pub fn reply(ctx: &Ctx, queue: &[(Waiter, Ms)], shape: Shape) {
+    let (now, fraction) = server::monotonic();
     ctx.reply_array(queue.len());
     for (w, since) in queue {
         let own = match shape {

@@ -105,7 +105,7 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         ctx.reply_bulk(b"mode");
         ctx.reply_simple(mode);
         ctx.reply_bulk(b"queue");
-        queue::reply(ctx, &waiting, Shape::Lock, now, fraction);
+        queue::reply(ctx, &waiting, Shape::Lock);
         ctx.reply_bulk(b"token");
         ctx.reply(token(lock.map_or(0, |l| l.last_token())));
         ctx.reply_bulk(b"waiters");

@@ -89,7 +89,7 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         ctx.reply_bulk(b"limit");
         ctx.reply_int(lock.map_or(0, |l| l.limit().into()));
         ctx.reply_bulk(b"queue");
-        queue::reply(ctx, &waiting, Shape::Semaphore, now, fraction);
+        queue::reply(ctx, &waiting, Shape::Semaphore);
         ctx.reply_bulk(b"token");
         ctx.reply(token(lock.map_or(0, |l| l.last_token())));
         ctx.reply_bulk(b"used");

@@ -249,18 +249,36 @@ extern "C" fn on_fork(
     });
 }
 
-/// The server's monotonic clock in ms (`RedisModule_MonotonicMicroseconds`): local durations
-/// (the stall check) must not follow steps of the wall clock.
-pub fn monotonic_ms() -> u64 {
-    match super::api_opt!(RedisModule_MonotonicMicroseconds) {
+/// The server's wall clock in µs since the epoch (`RedisModule_Microseconds`, Redis 7.2+ and
+/// Valkey), if it has one.
+pub fn wall_clock() -> Option<fn() -> u64> {
+    super::api_opt!(RedisModule_Microseconds)?;
+    Some(|| match super::api_opt!(RedisModule_Microseconds) {
         // SAFETY: a plain function of the server, with no arguments.
-        Some(f) => (unsafe { f() }) / 1000,
+        Some(f) => (unsafe { f() }) as u64,
+        None => 0,
+    })
+}
+
+/// The server's monotonic clock in ms (`RedisModule_MonotonicMicroseconds`): local durations
+/// (the stall check, waits) must not follow steps of the wall clock.
+pub fn monotonic_ms() -> u64 {
+    monotonic().0
+}
+
+/// The monotonic clock in whole ms (rounded down) and whether it is a fraction of a ms past
+/// them (a wait deadline then rounds up, so no wait ends early).
+pub fn monotonic() -> (u64, bool) {
+    let us = match super::api_opt!(RedisModule_MonotonicMicroseconds) {
+        // SAFETY: a plain function of the server, with no arguments.
+        Some(f) => unsafe { f() },
         None => {
             static START: OnceLock<std::time::Instant> = OnceLock::new();
             let start = START.get_or_init(std::time::Instant::now);
-            start.elapsed().as_millis() as u64 + 1
+            start.elapsed().as_micros() as u64 + 1000
         }
-    }
+    };
+    (us / 1000, us % 1000 != 0)
 }
 
 extern "C" fn on_loading(

@@ -6,7 +6,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::rc::Rc;
 
-use redis_lease_core::{Acquire, AsId, Env, Grants, Id, LockError, Mode, Request, Tokens, Wait};
+use redis_lease_core::{
+    Acquire, AsId, Env, Grants, Id, Lock, LockError, Mode, Mono, Request, Tokens, Wait,
+};
 
 /// A realistic clock start (ms since the epoch).
 pub const START: u64 = 1_700_000_000_000;
@@ -49,6 +51,9 @@ pub struct World {
     pub now: u64,
     /// The clock is a fraction of a ms past `now` (new deadlines round up).
     pub round_up: bool,
+    /// How far the wall clock (`now`) is ahead of the monotonic one, on which wait deadlines
+    /// are kept: 0 until a test steps the wall clock alone.
+    pub wall_ahead: i64,
     pub tokens: Tokens,
     /// Whether new grants are open (`Held`: the server is in quarantine).
     pub grants: Grants,
@@ -65,6 +70,7 @@ impl World {
         World {
             now,
             round_up: false,
+            wall_ahead: 0,
             tokens: Tokens::new(),
             grants: Grants::Open,
             links,
@@ -78,10 +84,21 @@ impl World {
         Env {
             now: self.now,
             round_up: self.round_up,
+            mono: Mono::at(self.mono()),
             tokens: &mut self.tokens,
             alive: &*self.alive,
             grants: self.grants,
         }
+    }
+
+    /// The monotonic clock's reading.
+    pub fn mono(&self) -> u64 {
+        self.now.saturating_add_signed(-self.wall_ahead)
+    }
+
+    /// Where the key must be looked at next, as the shell asks.
+    pub fn next_wakeup(&self, lock: &Lock) -> Option<u64> {
+        lock.next_wakeup(self.now, &Mono::at(self.mono()))
     }
 
     /// A new waiter id: 1, 2, 3...

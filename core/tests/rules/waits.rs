@@ -25,7 +25,7 @@ fn a_wait_that_ends_in_the_same_ms_as_the_holders_lease_lapses_is_granted() {
         f.req("h", Mode::Write, 100, false).unwrap(); // lease ends at 1100
         let (id, r) = f.req_until("w", Mode::Write, 50, 1_100);
         assert_eq!(r, Ok(Acquire::Queued));
-        assert_eq!(f.lock.0.next_wakeup(), Some(1_100));
+        assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_100));
         f.take_effects();
         f.world.now = tick_at;
         f.tick();
@@ -46,7 +46,7 @@ fn a_wait_that_ends_1_ms_before_the_lapse_times_out() {
         f.req("h", Mode::Write, 100, false).unwrap(); // lease ends at 1100
         let (id, r) = f.req_until("w", Mode::Write, 50, 1_099);
         assert_eq!(r, Ok(Acquire::Queued));
-        assert_eq!(f.lock.0.next_wakeup(), Some(1_099));
+        assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_099));
         f.world.now = tick_at;
         f.tick();
         assert_eq!(f.timed_out_ids(), vec![id], "tick at {tick_at}");
@@ -190,18 +190,18 @@ fn a_cancelled_waiter_is_neither_granted_nor_timed_out() {
 fn the_next_wakeup_is_the_earliest_lease_or_wait_deadline() {
     let mut f = Fixture::new();
     f.req("h", Mode::Write, 100, false).unwrap();
-    assert_eq!(f.lock.0.next_wakeup(), Some(1_100));
+    assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_100));
     assert_eq!(
         f.req_until("w", Mode::Write, 100, 1_080).1,
         Ok(Acquire::Queued)
     );
-    assert_eq!(f.lock.0.next_wakeup(), Some(1_080));
+    assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_080));
     // A wait without a limit is no wake-up.
     f.req("v", Mode::Write, 100, true).unwrap();
-    assert_eq!(f.lock.0.next_wakeup(), Some(1_080));
+    assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_080));
     f.world.now = 1_080;
     f.tick();
-    assert_eq!(f.lock.0.next_wakeup(), Some(1_100));
+    assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_100));
 }
 
 #[test]
@@ -292,4 +292,74 @@ fn every_waiter_is_answered_exactly_once_over_its_life() {
         granted >= 2 && timed_out >= 2,
         "{granted} granted, {timed_out} timed out"
     );
+}
+
+/// Steps the wall clock alone by `ms` (the monotonic clock, on which waits are kept, does
+/// not move).
+fn step_wall(f: &mut Fixture, ms: i64) {
+    f.world.now = f.world.now.saturating_add_signed(ms);
+    f.world.wall_ahead += ms;
+}
+
+#[test]
+fn a_step_of_the_wall_clock_back_does_not_lengthen_a_wait() {
+    let mut f = Fixture::new();
+    f.req("h", Mode::Write, 60_000, false).unwrap();
+    // Waits until monotonic 1_500 (the clocks agree at first: the wall reads 1_000).
+    let (id, r) = f.req_until("w", Mode::Write, 50, 1_500);
+    assert_eq!(r, Ok(Acquire::Queued));
+    step_wall(&mut f, -800);
+    // The key is to be looked at when the wait ends, where that falls on the stepped clock.
+    assert_eq!(f.world.next_wakeup(&f.lock.0), Some(1_500 - 800));
+    f.world.now += 499;
+    f.tick();
+    assert!(f.timed_out_ids().is_empty(), "ended early");
+    // 500 ms later on both clocks: the wait is over, although the wall clock reads only 700.
+    f.world.now += 1;
+    f.tick();
+    assert_eq!(f.timed_out_ids(), vec![id]);
+    // The holder's lease is absolute: it still runs (until wall 61_000).
+    assert!(f.token_of("h").is_some());
+}
+
+#[test]
+fn a_step_of_the_wall_clock_forward_does_not_cut_a_wait_short() {
+    let mut f = Fixture::new();
+    f.req("h", Mode::Write, 2_000, false).unwrap(); // lease ends at wall 3_000
+    let (id, r) = f.req_until("w", Mode::Write, 50, 1_500);
+    assert_eq!(r, Ok(Acquire::Queued));
+    step_wall(&mut f, 1_900); // the wall reads 2_900, the monotonic clock 1_000
+    f.tick();
+    assert!(f.timed_out_ids().is_empty(), "ended early");
+    // The wait ends at wall 3_400 now: the lease (wall 3_000) comes first.
+    assert_eq!(f.world.next_wakeup(&f.lock.0), Some(3_000));
+    // 100 ms on: the wait (monotonic 1_100 of 1_500) still runs when the lease lapses at wall
+    // 3_000, so the waiter is served there.
+    f.world.now += 100;
+    f.tick();
+    assert_eq!(f.woken_ids(), vec![id]);
+}
+
+#[test]
+fn a_lapse_and_a_wait_are_ordered_by_where_the_wait_ends_on_the_wall_clock_now() {
+    // The lease ends at wall 1_100; the wait at monotonic 1_300, which is wall 1_550 once the
+    // wall clock stepped 250 ahead.
+    let mut f = Fixture::new();
+    f.req("h", Mode::Write, 100, false).unwrap();
+    let (id, _) = f.req_until("w", Mode::Write, 50, 1_300);
+    step_wall(&mut f, 250);
+    f.world.now = 1_300 + 250 + 10; // both deadlines are past: wait at wall 1_550, lapse 1_100
+    f.tick();
+    // The lapse (wall 1_100) came before the wait's end (wall 1_550): served.
+    assert_eq!(f.woken_ids(), vec![id]);
+
+    let mut f = Fixture::new();
+    f.req("h", Mode::Write, 500, false).unwrap(); // lapse at wall 1_500
+    let (id, _) = f.req_until("w", Mode::Write, 50, 1_300);
+    step_wall(&mut f, 150); // the wait now ends at wall 1_450
+    f.world.now = 1_600;
+    f.tick();
+    // The wait ended (wall 1_450) before the lapse (wall 1_500): it timed out.
+    assert_eq!(f.timed_out_ids(), vec![id]);
+    assert!(f.woken_ids().is_empty());
 }

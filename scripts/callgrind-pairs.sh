@@ -2,15 +2,26 @@
 # The server's instructions per lock + unlock pair, counted by callgrind (repeatable on a noisy
 # machine, unlike timings): the SET NX PX + DEL floor and the module's three pairs, each
 # 20,000 pairs on fresh keys through one pipelined connection, counted only while they run.
-#   scripts/callgrind-pairs.sh [--replica] [module.so]
+#   scripts/callgrind-pairs.sh [--replica] [--calls] [module.so]
 # --replica attaches one replica (not under valgrind) to the measured server. The module is
 # loaded for every row, the floor's included, so the floor pays the module's keyspace-event
 # subscription as the module's pairs do. $REDIS_SERVER picks the server (default redis-server).
+# Each pair is then split (scripts/callgrind-attribute.py): the module's own instructions (the
+# figure to compare between builds: the whole pair moves by a few hundred with how the event
+# loop happened to read the pipeline), those it spends in calls out of it (RedisModule_*,
+# libc), and the rest of the server. --calls lists each call for the WLOCK pair.
 # Needs valgrind, redis-server, redis-cli, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 replica=0
-if [ "${1:-}" = "--replica" ]; then replica=1; shift; fi
+calls=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --replica) replica=1; shift ;;
+    --calls) calls=1; shift ;;
+    *) break ;;
+  esac
+done
 module=$(realpath "${1:-target/release/libredis_lease.so}")
 pairs=20000
 server="${REDIS_SERVER:-redis-server}"
@@ -81,3 +92,16 @@ for w in floor wlock rlock campaign; do
   printf '%-9s %15s %12s   %.3fx of the floor\n' "$w" "$ir" "$((ir / pairs))" \
     "$(python3 -c "print($floor / $ir)")"
 done
+
+echo
+printf '%-9s %12s %12s %12s\n' workload module-own module-calls rest-of-server
+for w in wlock rlock campaign; do
+  python3 scripts/callgrind-attribute.py "$work/callgrind.$w" "$module" "$pairs" --top 0 |
+    awk -v w="$w" '/its own code/ {o=$NF} /in calls out/ {c=$NF} /rest of the server/ {r=$NF}
+      END {printf "%-9s %12s %12s %12s\n", w, o, c, r}'
+done
+if [ "$calls" = 1 ]; then
+  echo
+  echo "wlock, per pair:"
+  python3 scripts/callgrind-attribute.py "$work/callgrind.wlock" "$module" "$pairs" --top 40
+fi

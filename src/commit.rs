@@ -64,13 +64,12 @@ pub fn decide<K: Keyed, T>(
 where
     Stored<K>: Typed,
 {
-    let db = key.ctx().db();
-    let name = key.name();
+    let (db, name) = (key.db(), key.name_bytes());
     let mut lobby = None;
     // One relaxed load when no name is held back (the common case).
-    if let Some(kind) = holdback::lobby_kind(db, name.bytes()) {
+    if let Some(kind) = holdback::lobby_kind(db, name) {
         match key.peek::<Stored<K>>()? {
-            Some(_) => lobby = holdback::take(db, name.bytes()),
+            Some(_) => lobby = holdback::take(db, name),
             None if !key.is_empty() => return Err(WrongType),
             None => {
                 if kind != K::KIND {
@@ -79,11 +78,11 @@ where
                 if open == Open::Existing {
                     return Ok(None);
                 }
-                let Some(l) = holdback::take(db, name.bytes()) else {
+                let Some(l) = holdback::take(db, name) else {
                     return Ok(None);
                 };
-                if holdback::grants(db, name.bytes()) == Grants::Held {
-                    return Ok(Some(in_lobby::<K, T>(db, name.bytes(), l, op)));
+                if holdback::grants(db, name) == Grants::Held {
+                    return Ok(Some(in_lobby::<K, T>(db, name, l, op)));
                 }
                 // Grants opened: the lobby becomes the key.
                 lobby = Some(l);
@@ -92,7 +91,7 @@ where
     }
     on_value(key, open, origin, |v| {
         let from = lobby.and_then(|l| join::<K>(v, l));
-        run(v, (db, name.bytes()), from, false, op)
+        run(v, (db, name), from, false, op)
     })
 }
 
@@ -182,8 +181,7 @@ fn on_value<K: Keyed, T>(
 where
     Stored<K>: Typed,
 {
-    let db = key.ctx().db();
-    let name = key.name();
+    let (db, name) = (key.db(), key.name_bytes());
     let v = match open {
         Open::Existing => match key.value::<Stored<K>>()? {
             Some(v) => v,
@@ -197,10 +195,10 @@ where
             v
         }
     };
-    ensure_slot(v, db, name.bytes());
+    ensure_slot(v, db, name);
     let before = v.core.lock().holder_count();
     let (changes, out) = f(v);
-    commit::<K>(key, before, changes, origin);
+    commit::<K>(key, before, &changes, origin);
     Ok(Some(out))
 }
 
@@ -222,8 +220,7 @@ pub fn decide_many<T>(
     let mut before = Vec::with_capacity(keys.len());
     let mut places: Vec<(i32, &[u8])> = Vec::with_capacity(keys.len());
     for key in &mut keys {
-        let db = key.ctx().db();
-        let name = key.name().bytes();
+        let (db, name) = (key.db(), key.name_bytes());
         places.push((db, name));
         let v = match open {
             Open::Create => {
@@ -299,7 +296,7 @@ pub fn decide_many<T>(
     state::with(move |s| s.tokens = tokens);
     for (((key, b), mut c), more) in keys.into_iter().zip(before).zip(pre).zip(changes) {
         c.append(more);
-        commit::<RwLock>(key, b, c, origin);
+        commit::<RwLock>(key, b, &c, origin);
     }
     Ok(out)
 }
@@ -371,18 +368,23 @@ fn run<K: Keyed, T>(
             alive: &alive,
             grants,
         };
-        // Waiters that left are taken out first, so the queue the rules see is exact.
-        let mut changes = Changes::default();
-        for id in cancels {
-            let (c, _) = v.core.cancel(id, &mut env);
+        if cancels.is_empty() && from.is_none() {
+            // The common case: the operation's changes are all there is (no copy of them).
+            op(v, &mut env)
+        } else {
+            // Waiters that left are taken out first, so the queue the rules see is exact.
+            let mut changes = Changes::default();
+            for id in cancels {
+                let (c, _) = v.core.cancel(id, &mut env);
+                changes.append(c);
+            }
+            if let Some(from) = from {
+                changes.append(v.core.merge(from, &mut env));
+            }
+            let (c, out) = op(v, &mut env);
             changes.append(c);
+            (changes, out)
         }
-        if let Some(from) = from {
-            changes.append(v.core.merge(from, &mut env));
-        }
-        let (c, out) = op(v, &mut env);
-        changes.append(c);
-        (changes, out)
     };
     state::with(move |s| s.tokens = tokens);
     out
@@ -406,33 +408,39 @@ fn event(kind: Kind, e: &Effect) -> Option<&'static CStr> {
     })
 }
 
-fn count(kind: Kind, effects: &[Effect]) {
-    let mut t = crate::state::Stats::default();
-    for e in effects {
-        match (kind, e) {
-            (Kind::Election, Effect::Grant { .. }) => t.grants_leader += 1,
-            (
-                _,
-                Effect::Grant {
-                    mode: Mode::Read, ..
-                },
-            ) => t.grants_read += 1,
-            (_, Effect::Grant { .. }) => t.grants_write += 1,
-            (_, Effect::Take { .. }) => t.grants_semaphore += 1,
-            (_, Effect::Release { .. }) => t.releases += 1,
-            (_, Effect::Renew { .. }) => t.renewals += 1,
-            (
-                _,
-                Effect::Drop {
-                    reason: DropReason::Lapse,
-                    ..
-                },
-            ) => t.lapses += 1,
-            (_, Effect::Drop { .. }) => t.resignations += 1,
-            (_, Effect::Limit { .. } | Effect::Cap { .. }) => {}
+/// Counts `changes`'s effects for INFO, and times the holds they ended: one look at the state.
+fn count(kind: Kind, changes: &Changes) {
+    let (effects, ended) = (&changes.effects, &changes.ended);
+    state::with(move |s| {
+        let t = &mut s.stats;
+        for e in effects {
+            match (kind, e) {
+                (Kind::Election, Effect::Grant { .. }) => t.grants_leader += 1,
+                (
+                    _,
+                    Effect::Grant {
+                        mode: Mode::Read, ..
+                    },
+                ) => t.grants_read += 1,
+                (_, Effect::Grant { .. }) => t.grants_write += 1,
+                (_, Effect::Take { .. }) => t.grants_semaphore += 1,
+                (_, Effect::Release { .. }) => t.releases += 1,
+                (_, Effect::Renew { .. }) => t.renewals += 1,
+                (
+                    _,
+                    Effect::Drop {
+                        reason: DropReason::Lapse,
+                        ..
+                    },
+                ) => t.lapses += 1,
+                (_, Effect::Drop { .. }) => t.resignations += 1,
+                (_, Effect::Limit { .. } | Effect::Cap { .. }) => {}
+            }
         }
-    }
-    state::with(move |s| s.stats.add_effects(&t));
+        for e in ended {
+            s.hold_times.record(e.held_ms);
+        }
+    });
 }
 
 /// The changes are one give-back and nothing else: no lapse found on the way, nobody served.
@@ -451,27 +459,27 @@ fn is_own_effect(changes: &Changes) -> bool {
 
 /// Makes Redis agree with `changes`, made on the value in `key`. `holders_before`: the
 /// value's holder count before the operation (for the INFO gauge).
-fn commit<K: Keyed>(mut key: Key, holders_before: usize, changes: Changes, origin: Origin)
+fn commit<K: Keyed>(mut key: Key, holders_before: usize, changes: &Changes, origin: Origin)
 where
     Stored<K>: Typed,
 {
     let ctx = key.ctx();
     let name = key.name();
     let Ok(Some(v)) = key.value::<Stored<K>>() else {
-        waiters::answer_changes(&changes);
+        waiters::answer_changes(changes);
         return;
     };
     let lock = v.core.lock();
     state::count_holders(lock.holder_count() as i64 - holders_before as i64);
     if !changes.effects.is_empty() {
         if let Origin::Here { owner, own } = origin {
-            if own && is_own_effect(&changes) {
+            if own && is_own_effect(changes) {
                 replicate::verbatim(ctx);
             } else {
                 replicate::effects(ctx, name, Word::of_kind(K::KIND), owner, &changes.effects);
             }
-            count(K::KIND, &changes.effects);
-            crate::ended::note(ctx, name, &changes);
+            count(K::KIND, changes);
+            crate::ended::log_lapses(ctx, name, changes);
         }
         for e in &changes.effects {
             if let Some(ev) = event(K::KIND, e) {
@@ -479,12 +487,12 @@ where
             }
         }
     }
-    waiters::answer_changes(&changes);
+    waiters::answer_changes(changes);
     if !changes.ready.is_empty() {
         // Multi-key requests at the head here: granted by the entry point's `groups::drain`,
         // or by the timer, armed for now in case this entry point does not drain.
-        let ready = changes.ready;
-        state::with(move |s| s.waiters.push_ready(&ready));
+        let ready = &changes.ready;
+        state::with(move |s| s.waiters.push_ready(ready));
         state::set_ready(true);
         schedule::arm(clock::now_ms());
     }
@@ -498,8 +506,7 @@ fn settle<K: Keyed>(mut key: Key)
 where
     Stored<K>: Typed,
 {
-    let db = key.ctx().db();
-    let name = key.name().bytes();
+    let (db, name) = (key.db(), key.name_bytes());
     let Ok(Some(v)) = key.value::<Stored<K>>() else {
         return;
     };

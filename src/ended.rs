@@ -1,23 +1,33 @@
-//! Holds that ended, as the server that decided them saw them: their hold times for
-//! `INFO lease`, and with `lease.log-lapses` a notice line per lapse.
+//! Holds that ended, as the server that decided them saw them: with `lease.log-lapses` a
+//! notice line per lapse (their hold times go into `INFO lease` where `commit` counts the
+//! effects).
 
 use redis_lease_core::{Changes, DropReason, Effect};
 
 use crate::ffi::ctx::{log, Ctx};
 use crate::ffi::string::RStr;
-use crate::{config, state, text};
+use crate::{config, text};
 
-/// Records the holds `changes` ended on `key` and logs its lapses.
-pub fn note(ctx: &Ctx, key: RStr, changes: &Changes) {
-    if changes.ended.is_empty() {
-        return;
+/// Logs the lapses among the holds `changes` ended on `key`.
+#[inline]
+pub fn log_lapses(ctx: &Ctx, key: RStr, changes: &Changes) {
+    // The common case (a give-back, or nothing ended) looks at the effects only.
+    let lapse = |e: &Effect| {
+        matches!(
+            e,
+            Effect::Drop {
+                reason: DropReason::Lapse,
+                ..
+            }
+        )
+    };
+    if !changes.ended.is_empty() && changes.effects.iter().any(lapse) {
+        log_each(ctx, key, changes);
     }
-    state::with(|s| {
-        for e in &changes.ended {
-            s.hold_times.record(e.held_ms);
-        }
-    });
-    let verbose = !config::log_lapses();
+}
+
+#[inline(never)]
+fn log_each(ctx: &Ctx, key: RStr, changes: &Changes) {
     for e in &changes.ended {
         if let Some(Effect::Drop {
             owner,
@@ -25,11 +35,11 @@ pub fn note(ctx: &Ctx, key: RStr, changes: &Changes) {
         }) = changes.effects.get(e.effect as usize)
         {
             let line = lapse_line(key.bytes(), &owner.bytes(), e.held_ms, changes);
-            if verbose {
+            if config::log_lapses() {
+                log(Some(ctx), c"notice", &line);
+            } else {
                 // Off, a lapse is still worth a line when debugging.
                 ctx.log_verbose(&line);
-            } else {
-                log(Some(ctx), c"notice", &line);
             }
         }
     }

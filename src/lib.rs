@@ -26,6 +26,7 @@ mod clock;
 mod config;
 mod histogram;
 mod index;
+mod mainthread;
 mod num;
 mod parse;
 mod registry;

@@ -28,17 +28,32 @@ pub const MAX_WAIT_MS: u64 = 1_000_000_000_000;
 /// The largest semaphore limit.
 pub const MAX_LIMIT: u32 = i32::MAX as u32;
 
-/// Parses a strict decimal integer as Redis does: optional `-`, digits, no spaces or `+`.
+/// Parses a strict decimal integer as Redis does: optional `-`, digits, no spaces or `+`, no
+/// leading zero. One pass over the bytes (every acquire parses its ttl).
 pub fn integer(bytes: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(bytes).ok()?;
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, bytes),
+    };
+    match digits {
+        [] => return None,
+        [b'0', _, ..] => return None,
+        _ => {}
     }
-    if digits.len() > 1 && digits.starts_with('0') {
-        return None;
+    let mut n: i64 = 0;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n.checked_mul(10)?;
+        n = if negative {
+            n.checked_sub(i64::from(d))?
+        } else {
+            n.checked_add(i64::from(d))?
+        };
     }
-    s.parse().ok()
+    Some(n)
 }
 
 /// An owner or candidate id for a new hold: 1 to `max_len` bytes.
@@ -219,6 +234,53 @@ pub fn wait_option(rest: &[&[u8]]) -> Result<Wait, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parser Redis's rules were first written with (text, then `str::parse`).
+    fn integer_by_str(bytes: &[u8]) -> Option<i64> {
+        let s = std::str::from_utf8(bytes).ok()?;
+        let digits = s.strip_prefix('-').unwrap_or(s);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if digits.len() > 1 && digits.starts_with('0') {
+            return None;
+        }
+        s.parse().ok()
+    }
+
+    #[test]
+    fn integers_parse_as_the_text_parser_does() {
+        let edges: [&[u8]; 12] = [
+            b"-9223372036854775808",
+            b"-9223372036854775809",
+            b"9223372036854775807",
+            b"9223372036854775808",
+            b"-0",
+            b"-00",
+            b"0",
+            b"00",
+            b"-",
+            b"--1",
+            b"99999999999999999999",
+            b"1\x00",
+        ];
+        for e in edges {
+            assert_eq!(integer(e), integer_by_str(e), "{e:?}");
+        }
+        // Random short strings over the bytes that matter (digits, '-', '0', others).
+        let alphabet = b"0123456789-0+ a\xff";
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 22) as usize;
+            let s: Vec<u8> = (0..len)
+                .map(|i| alphabet[((x >> (i % 8 * 8)) as usize + i) % alphabet.len()])
+                .collect();
+            assert_eq!(integer(&s), integer_by_str(&s), "{s:?}");
+        }
+    }
 
     #[test]
     fn integers_are_strict() {

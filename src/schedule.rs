@@ -36,7 +36,7 @@ pub fn mono() -> Mono<'static> {
 /// When (wall-clock ms) the timer must look at `lock` again: its first lease deadline or its
 /// first wait deadline, whichever comes first.
 pub fn wakeup_of(lock: &Lock) -> Option<Ms> {
-    lock.next_wakeup(now_ms(), &mono())
+    lock.next_wakeup(|until| mono().to_wall(until, now_ms()))
 }
 
 /// The least step of the wall clock against the monotonic one (either way) that moves the
@@ -113,8 +113,9 @@ pub fn relocate(slot: Slot, db: i32, name: &[u8]) {
 
 /// Makes the timer look at `slot`'s key at `when` (`None`: not at all).
 pub fn set(slot: Slot, when: Option<Ms>) {
-    // The timer is re-armed only if it would fire too late for `when`.
-    let now = now_ms();
+    // The timer is re-armed only if it would fire too late for `when` (or is overdue: see
+    // `arm`). The time the running command read is recent enough to tell.
+    let now = crate::clock::recent_ms();
     let earlier = state::with(move |s| {
         s.index.schedule(slot, when);
         when.filter(|at| s.timer.is_none_or(|(_, t)| *at < t || t < now))

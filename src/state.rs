@@ -1,13 +1,12 @@
 //! The module's process-wide state. Everything but the two gauges is touched only on Redis's
 //! main thread (commands, timers, blocked-client callbacks, server events), so it lives in a
-//! thread-local `RefCell`.
+//! `RefCell` only that thread may reach (`mainthread`).
 //!
 //! The borrow rule: a borrow never spans a call into Redis, since Redis may call back into the
 //! module (deleting a key runs the `unlink` callback, which touches this state). The compiler
 //! holds it: [`with`] takes only `Send` closures, and the C API layer's types (contexts, keys,
 //! Redis strings) are not `Send`, so a closure given to `with` cannot reach Redis.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -47,20 +46,6 @@ pub struct Stats {
     /// and that opened after waiting the longest (no mark came).
     pub floor_holds_ended: u64,
     pub floor_holds_expired: u64,
-}
-
-impl Stats {
-    /// Adds the effect counters of `t`.
-    pub fn add_effects(&mut self, t: &Stats) {
-        self.grants_read += t.grants_read;
-        self.grants_write += t.grants_write;
-        self.grants_leader += t.grants_leader;
-        self.grants_semaphore += t.grants_semaphore;
-        self.releases += t.releases;
-        self.renewals += t.renewals;
-        self.lapses += t.lapses;
-        self.resignations += t.resignations;
-    }
 }
 
 /// Grants held back on one key whose live leases were evicted, until they would have lapsed.
@@ -105,12 +90,24 @@ pub struct Shell {
     pub hold_times: Histogram,
 }
 
-thread_local! {
-    static SHELL: RefCell<Shell> = RefCell::new(Shell::default());
-}
+#[cfg(not(test))]
+static SHELL: crate::mainthread::MainThread<Shell> = crate::mainthread::MainThread::new();
 
 /// Runs `f` on the state. `f` is `Send`, so it cannot hold a Redis context, key or string, so
 /// it cannot call back into Redis while the state is borrowed.
+#[cfg(not(test))]
+#[inline]
+pub fn with<T>(f: impl FnOnce(&mut Shell) -> T + Send) -> T {
+    SHELL.with(f)
+}
+
+// Unit tests run on many threads, each with a state of its own.
+#[cfg(test)]
+thread_local! {
+    static SHELL: std::cell::RefCell<Shell> = std::cell::RefCell::new(Shell::default());
+}
+
+#[cfg(test)]
 pub fn with<T>(f: impl FnOnce(&mut Shell) -> T + Send) -> T {
     SHELL.with(|s| f(&mut s.borrow_mut()))
 }
@@ -128,6 +125,7 @@ pub fn set_ready(pending: bool) {
     READY.store(pending, Ordering::Relaxed);
 }
 
+#[inline]
 pub fn ready_pending() -> bool {
     READY.load(Ordering::Relaxed)
 }

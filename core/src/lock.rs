@@ -182,14 +182,16 @@ impl Lock {
         self.holders.max_deadline()
     }
 
-    /// When (wall-clock ms, seen from `now` and `mono`) the shell must look at this key
-    /// again: its first lease deadline or its first wait deadline, whichever comes first.
-    pub fn next_wakeup(&self, now: Ms, mono: &crate::Mono) -> Option<Ms> {
+    /// When (wall-clock ms) the shell must look at this key again: its first lease deadline
+    /// or its first wait deadline, whichever comes first. `to_wall` places a wait deadline
+    /// (monotonic ms) on the wall clock; it is called only if a waiter has a deadline, so a
+    /// key nobody waits for reads no clock here.
+    pub fn next_wakeup(&self, to_wall: impl FnOnce(Ms) -> Ms) -> Option<Ms> {
         let until = self
             .queue
             .as_ref()
             .and_then(|q| q.first_until())
-            .map(|u| mono.to_wall(u.0, now));
+            .map(|u| to_wall(u.0));
         match (self.holders.min_deadline(), until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -247,6 +249,12 @@ impl Lock {
 
     /// Applies one effect. Deterministic: no clock, no queue.
     pub fn apply(&mut self, effect: &Effect, tokens: &mut Tokens) {
+        self.apply_seen(effect, tokens);
+    }
+
+    /// Applies one effect; a give-back (Release, Drop) answers the hold as it was before, so
+    /// that `emit` times an ended hold without looking its holder up again.
+    fn apply_seen(&mut self, effect: &Effect, tokens: &mut Tokens) -> Option<Hold> {
         match effect {
             Effect::Grant {
                 owner,
@@ -280,22 +288,23 @@ impl Lock {
             }
             Effect::Limit { limit } => self.limit = *limit,
             Effect::Release { owner } => {
-                if let Some(mut h) = self.holders.get(owner).copied() {
-                    if self.limit > 0 {
-                        h = Hold::EMPTY;
-                    } else if h.writes > 0 {
-                        h.writes -= 1;
-                    } else {
-                        h.reads = h.reads.saturating_sub(1);
-                    }
-                    if h.reads == 0 && h.writes == 0 {
-                        self.remove_holder(owner);
-                    } else {
-                        self.holders.put(owner, h);
-                    }
+                let before = self.holders.get(owner).copied()?;
+                let mut h = before;
+                if self.limit > 0 {
+                    h = Hold::EMPTY;
+                } else if h.writes > 0 {
+                    h.writes -= 1;
+                } else {
+                    h.reads = h.reads.saturating_sub(1);
                 }
+                if h.reads == 0 && h.writes == 0 {
+                    self.remove_holder(owner);
+                } else {
+                    self.holders.put(owner, h);
+                }
+                return Some(before);
             }
-            Effect::Drop { owner, .. } => self.remove_holder(owner),
+            Effect::Drop { owner, .. } => return self.remove_holder(owner),
             Effect::Renew { owner, deadline } => {
                 if let Some(mut h) = self.holders.get(owner).copied() {
                     h.deadline = *deadline;
@@ -309,6 +318,7 @@ impl Lock {
                 }
             }
         }
+        None
     }
 
     fn put_holder(&mut self, owner: &Id, h: Hold, tokens: &mut Tokens) {
@@ -323,36 +333,27 @@ impl Lock {
         }
     }
 
-    fn remove_holder(&mut self, owner: &Id) {
-        if self.holders.remove(owner).is_some() {
-            if let Some(q) = self.queue.as_mut() {
-                q.holder_changed(owner, false);
+    fn remove_holder(&mut self, owner: &Id) -> Option<Hold> {
+        let h = self.holders.remove(owner)?;
+        if let Some(q) = self.queue.as_mut() {
+            q.holder_changed(owner, false);
+        }
+        Some(h)
+    }
+
+    /// Applies `effect` and records it in `op`, with the hold it ended if it ended one (its
+    /// owner's last): how long that was held.
+    pub(crate) fn emit(&mut self, op: &mut Op, effect: Effect) {
+        if let Some(h) = self.apply_seen(&effect, op.env.tokens) {
+            let all = matches!(effect, Effect::Drop { .. }) || self.limit > 0;
+            if all || u64::from(h.reads) + u64::from(h.writes) == 1 {
+                op.changes.ended.push(Ended {
+                    effect: op.changes.effects.len() as u32,
+                    held_ms: op.env.now.saturating_sub(Tokens::issued_by(h.token)),
+                });
             }
         }
-    }
-
-    pub(crate) fn emit(&mut self, op: &mut Op, effect: Effect) {
-        self.note_end(op, &effect);
-        self.apply(&effect, op.env.tokens);
         op.changes.effects.push(effect);
-    }
-
-    /// Notes in `op` the hold `effect` is about to end, if it ends one (its owner's last).
-    fn note_end(&self, op: &mut Op, effect: &Effect) {
-        let (owner, all) = match effect {
-            Effect::Drop { owner, .. } => (owner, true),
-            Effect::Release { owner } => (owner, self.limit > 0),
-            _ => return,
-        };
-        let Some(h) = self.holders.get(owner) else {
-            return;
-        };
-        if all || u64::from(h.reads) + u64::from(h.writes) == 1 {
-            op.changes.ended.push(Ended {
-                effect: op.changes.effects.len() as u32,
-                held_ms: op.env.now.saturating_sub(Tokens::issued_by(h.token)),
-            });
-        }
     }
 
     /// Lets time pass up to `now`, in the order things happened, as a timer that fired on

@@ -203,11 +203,16 @@ pub fn mrenew(ctx: &Ctx, args: &Args) -> Outcome {
 
 /// Grants every parked multi-key request some key reported ready that can be granted now.
 /// Called by entry points once their own keys are committed (closed).
+#[inline]
 pub fn drain(ctx: &Ctx) {
-    // The common case (nothing ready) costs one load.
-    if !state::ready_pending() {
-        return;
+    // The common case (nothing ready) costs one load, inlined at each entry point.
+    if state::ready_pending() {
+        drain_ready(ctx);
     }
+}
+
+#[inline(never)]
+fn drain_ready(ctx: &Ctx) {
     let Some(mut id) = state::with(|s| s.waiters.pop_ready()) else {
         state::set_ready(false);
         return;

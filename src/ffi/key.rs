@@ -2,6 +2,7 @@
 //! they hand out). Signatures keep a value from outliving its key: the value is borrowed from
 //! the key, and deleting consumes the key.
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::os::raw::c_void;
 use std::ptr::NonNull;
@@ -52,6 +53,10 @@ pub struct Key<'a> {
     raw: NonNull<raw::RedisModuleKey>,
     name: RStr<'a>,
     ctx: &'a Ctx,
+    /// The name's bytes and the db, asked of Redis once (the commit path needs them several
+    /// times).
+    bytes: Cell<Option<&'a [u8]>>,
+    db: Cell<Option<i32>>,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -69,6 +74,8 @@ impl<'a> Key<'a> {
             raw,
             name,
             ctx,
+            bytes: Cell::new(None),
+            db: Cell::new(None),
             _not_send: PhantomData,
         })
     }
@@ -83,6 +90,26 @@ impl<'a> Key<'a> {
 
     pub fn ctx(&self) -> &'a Ctx {
         self.ctx
+    }
+
+    /// The name's bytes (they live as long as the name).
+    pub fn name_bytes(&self) -> &'a [u8] {
+        if let Some(b) = self.bytes.get() {
+            return b;
+        }
+        let b = self.name.bytes();
+        self.bytes.set(Some(b));
+        b
+    }
+
+    /// The db the key is in.
+    pub fn db(&self) -> i32 {
+        if let Some(db) = self.db.get() {
+            return db;
+        }
+        let db = self.ctx.db();
+        self.db.set(Some(db));
+        db
     }
 
     pub fn is_empty(&self) -> bool {

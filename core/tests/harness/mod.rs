@@ -98,7 +98,7 @@ impl World {
 
     /// Where the key must be looked at next, as the shell asks.
     pub fn next_wakeup(&self, lock: &Lock) -> Option<u64> {
-        lock.next_wakeup(self.now, &Mono::at(self.mono()))
+        lock.next_wakeup(|u| Mono::at(self.mono()).to_wall(u, self.now))
     }
 
     /// A new waiter id: 1, 2, 3...

@@ -1,8 +1,8 @@
 # redis-lease: the commands the README promises.
 #   make        build the module (target/release/libredis_lease.so)
 #   make run    build it and start redis-server in the foreground with redis.conf.example
-#   make test   unit, property and integration tests (starts its own servers), then test-python, test-node,
-#               test-conformance
+#   make test   unit, property and integration tests (starts its own servers; TEST_JOBS test binaries at
+#               once, default 4), then test-python, test-node and test-conformance side by side
 #   make test-python  the Python client's tests (pytest in a venv under tmp/) and mypy --strict
 #   make test-node    the Node client's tests (node --test in node/; npm ci from node/package-lock.json)
 #   make test-conformance  one table of scenarios run against every client (conformance/)
@@ -23,7 +23,7 @@
 MODULE := target/release/libredis_lease.so
 CARGO  ?= cargo
 
-.PHONY: all build fault-module run test test-python test-node lint-node test-conformance test-valkey test-redis8 valgrind bench torture cluster cluster-stop deps test-deps lint fmt clean
+.PHONY: all build fault-module run test test-clients client-deps test-python run-python test-node run-node lint-node test-conformance run-conformance test-valkey test-redis8 valgrind bench torture cluster cluster-stop deps test-deps lint fmt clean
 
 all: build
 
@@ -41,35 +41,58 @@ FAULT_MODULE := target/fault/libredis_lease.so
 fault-module: deps
 	$(CARGO) build --profile fault -p redis-lease --features fault-injection
 
+# The workspace's test binaries run several at a time (scripts/run-tests.sh: most wait on
+# servers, not the CPU); the bench's smoke run, which loads the CPU, runs alone after them.
 test: build fault-module test-deps
-	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" $(CARGO) test --workspace --no-fail-fast
-	@$(MAKE) --no-print-directory test-python
-	@$(MAKE) --no-print-directory test-node
-	@$(MAKE) --no-print-directory test-conformance
+	$(CARGO) test --workspace --no-run
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" scripts/run-tests.sh -j $(TEST_JOBS) --alone smoke
+	$(CARGO) test --workspace --doc
+	@$(MAKE) --no-print-directory test-clients
+
+TEST_JOBS ?= 4
+
+# The three client suites side by side (each prints whole when it ends), after what they
+# share is ready: the Python venv, node_modules and the Node client's build.
+test-clients: build client-deps
+	@$(MAKE) --no-print-directory -j3 --output-sync=target run-python run-node run-conformance
+
+client-deps:
+	@scripts/deps.sh python
+	@scripts/deps.sh node
+	@scripts/python-env.sh > /dev/null
+	cd node && npm run --silent build
 
 # The Python client (python/), installed into tmp/venv by scripts/python-env.sh.
 test-python: build
 	@scripts/deps.sh python
+	@$(MAKE) --no-print-directory run-python
+
+run-python:
 	@py="$$(scripts/python-env.sh)" && cd python && "$$py" -m mypy --strict src && "$$py" -m pytest -q -rs
 
 # The Node client (node/): built from its TypeScript, then node --test against real servers.
 test-node: build
 	@scripts/deps.sh node
-	cd node && npm run --silent build && node --test --test-concurrency=1 test/*.test.mjs
+	cd node && npm run --silent build
+	@$(MAKE) --no-print-directory run-node
+
+run-node:
+	cd node && node --test --test-concurrency=1 test/*.test.mjs
 
 # One table of scenarios (conformance/scenarios.json) against every client's driver
 # (conformance/PROTOCOL.md): fork, freeze, restarts, a killed holder, no module, a dead server,
 # a Sentinel failover.
-test-conformance: build
-	@scripts/deps.sh python
-	@scripts/deps.sh node
+test-conformance: build client-deps
+	@$(MAKE) --no-print-directory run-conformance
+
+run-conformance:
 	@py="$$(scripts/python-env.sh)" && cd conformance/harness && "$$py" -m pytest -q -rs
 
 test-valkey: build fault-module test-deps
-	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" scripts/module-tests.sh
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/valkey.sh)" scripts/run-tests.sh -j $(TEST_JOBS) --package redis-lease
 
 test-redis8: build fault-module test-deps
-	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/redis8.sh)" scripts/module-tests.sh
+	REDIS_LEASE_FAULT_MODULE="$(CURDIR)/$(FAULT_MODULE)" REDIS_SERVER="$$(scripts/redis8.sh)" scripts/run-tests.sh -j $(TEST_JOBS) --package redis-lease
 
 valgrind: build test-deps
 	scripts/valgrind-check.sh

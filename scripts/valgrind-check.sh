@@ -15,7 +15,7 @@ args=("$@")
   --skip aof_rewrite_with_rdb_preamble_then_restart_keeps_state)
 case " ${args[*]} " in *" -- "*) ;; *) args+=(--) ;; esac
 REDIS_SERVER="$PWD/scripts/valgrind-server.sh" REDIS_LEASE_GRACEFUL=1 REDIS_LEASE_SLOW=1 \
-  scripts/module-tests.sh "${args[@]}" --test-threads 2
+  scripts/run-tests.sh -j 1 --package redis-lease "${args[@]}" --test-threads 2
 status=$?
 logs=$(ls "$VALGRIND_LOG_DIR"/vg-*.log 2>/dev/null | wc -l)
 # A report block is blank-line separated; keep those that name the module.

@@ -1190,3 +1190,123 @@ fn what_cmd_leaves_running_outside_its_group_is_stopped_too() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn lock_takes_several_keys_at_once() {
+    let s = server();
+    let out = cli(&s)
+        .args(["lock", "{cli}:k1", "{cli}:k2", "{cli}:k3", "--", "sh", "-c"])
+        .arg("echo $REDIS_LEASE_KEYS; echo $REDIS_LEASE_TOKENS; echo $REDIS_LEASE_KEY $REDIS_LEASE_TOKEN; exit 4")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "{cli}:k1 {cli}:k2 {cli}:k3");
+    let tokens: Vec<u64> = lines[1].split(' ').map(|t| t.parse().unwrap()).collect();
+    assert_eq!(tokens.len(), 3);
+    assert_eq!(lines[2], format!("{{cli}}:k1 {}", tokens[0]));
+    // Every key released when CMD ended.
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "{cli}:k1", "{cli}:k2", "{cli}:k3"]),
+        redis::Value::Int(0)
+    );
+    // One of them held elsewhere: not acquired in time, and none of them taken meanwhile.
+    redis_get(&s, &["RWLOCK.WLOCK", "{cli}:k2", "other", "10000"]);
+    let mut child = cli(&s)
+        .args([
+            "lock", "--wait", "1500", "{cli}:k1", "{cli}:k2", "--", "true",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(redis_get(&s, &["EXISTS", "{cli}:k1"]), redis::Value::Int(1));
+    let info = format!("{:?}", redis_get(&s, &["RWLOCK.INFO", "{cli}:k1"]));
+    assert!(!info.contains("token\", int(1"), "a partial hold: {info}");
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(75));
+    assert_eq!(redis_get(&s, &["EXISTS", "{cli}:k1"]), redis::Value::Int(0));
+    // --owner names one key's holder only.
+    let out = cli(&s)
+        .args(["lock", "--owner", "me", "{cli}:a", "{cli}:b", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn sigterm_while_several_keys_wait_leaves_nothing_held() {
+    let s = server();
+    redis_get(&s, &["RWLOCK.WLOCK", "{cli}:w2", "other", "60000"]);
+    let mut child = cli(&s)
+        .args(["lock", "{cli}:w1", "{cli}:w2", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until_waiters(&s, "{cli}:w2", 1);
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let st = wait_bounded(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(128 + 15));
+    assert_eq!(
+        redis_get(&s, &["RWLOCK.UNLOCK", "{cli}:w2", "other"]),
+        redis::Value::Int(1)
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        redis_get(&s, &["EXISTS", "{cli}:w1", "{cli}:w2"]),
+        redis::Value::Int(0),
+        "the interrupted request was granted after it left"
+    );
+}
+
+fn until_waiters(s: &Server, key: &str, n: i64) {
+    let start = Instant::now();
+    loop {
+        let info = redis_get(s, &["RWLOCK.INFO", key]);
+        if format!("{info:?}").contains(&format!("\"waiters\"'), int({n})")) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{key} never had {n} waiters: {info:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn max_hold_stops_the_command_at_the_cap() {
+    let s = server();
+    for kind in ["lock", "semaphore"] {
+        let t = Instant::now();
+        let mut args = vec![
+            kind,
+            "--ttl",
+            "600ms",
+            "--max-hold",
+            "1200ms",
+            "--grace",
+            "300ms",
+        ];
+        if kind == "semaphore" {
+            args.extend(["--limit", "2"]);
+        }
+        args.extend(["cli:cap", "--", "sleep", "30"]);
+        let out = cli(&s).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{kind}: {err}");
+        let took = t.elapsed();
+        assert!(
+            took > Duration::from_millis(1000) && took < Duration::from_secs(6),
+            "{kind}: {took:?}"
+        );
+        assert!(err.contains("max hold"), "{kind}: {err}");
+    }
+}

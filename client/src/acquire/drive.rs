@@ -175,6 +175,8 @@ async fn confirm(shell: &impl Shell, g: Grant) -> Confirmation {
     let until = lease::confirm_deadline(&timing, g.since, client.command_timeout());
     match renew_once(client, renew, until, shell.retry()).await {
         Renewal::Renewed(at) => Confirmation::Held(at),
+        // The server found the hold and refused only to pass its cap: held, as granted.
+        Renewal::Capped { .. } => Confirmation::Held(g.since),
         Renewal::Lost(LossReason::Revoked) => Confirmation::Revoked,
         Renewal::Lost(reason) => Confirmation::Unsure(reason),
         Renewal::Unreplicated { acked } => {

@@ -282,6 +282,8 @@ async fn campaign_loop(
             let until = lease::confirm_deadline(&timing, sent, e.client.command_timeout());
             match renew_once(&e.client, &renew, until, e.opts.retry).await {
                 Renewal::Renewed(at) => last_sent = at,
+                // Leader, as granted; the watchdog renews up to the cap.
+                Renewal::Capped { .. } => {}
                 Renewal::Lost(_) => continue,
                 Renewal::Unreplicated { acked } => {
                     let wanted = renew.acks.map_or(0, |a| a.replicas);

@@ -58,6 +58,28 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
+    /// The same renewal asking for `ttl_ms` instead (every renewal command ends with its ttl).
+    pub(crate) fn with_ttl(&self, ttl_ms: u64) -> Renewer {
+        let args: Vec<Vec<u8>> = self
+            .cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(b.to_vec()),
+                _ => None,
+            })
+            .collect();
+        let mut cmd = Cmd::new();
+        for a in args.iter().take(args.len().saturating_sub(1)) {
+            cmd.arg(a.as_slice());
+        }
+        cmd.arg(ttl_ms);
+        Renewer {
+            cmd,
+            acks: self.acks,
+            expect: self.expect,
+        }
+    }
+
     /// The key and the owner (or candidate) this renewal is for: its first two arguments.
     pub(crate) fn subject(&self) -> (String, String) {
         let mut args = self.cmd.args_iter().skip(1).filter_map(|a| match a {
@@ -80,6 +102,10 @@ pub(crate) enum Renewal {
     /// Out of time, the last renewal reaching only `acked` replicas.
     Unreplicated {
         acked: u32,
+    },
+    /// The server renews it no further than its cap (its max hold), `left` from now.
+    Capped {
+        left: Duration,
     },
 }
 
@@ -156,8 +182,15 @@ pub(crate) async fn renew_once(
             }
             Err(e) => {
                 if e.code() == Some("MAXHOLD") {
-                    // The hold's cap: no renewal can make it last longer.
-                    return Renewal::Lost(LossReason::MaxHold);
+                    // The hold's cap: `MAXHOLD <ms left> ...`. Nothing changed on the server.
+                    let left = e
+                        .detail()
+                        .and_then(|d| d.split_whitespace().next())
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    return Renewal::Capped {
+                        left: Duration::from_millis(left),
+                    };
                 }
                 let (key, owner) = renew.subject();
                 let text = e.to_string();
@@ -211,6 +244,29 @@ pub(crate) async fn watchdog(
             }
             Renewal::Lost(r) => break r,
             Renewal::Unreplicated { .. } => break LossReason::NotReplicated,
+            Renewal::Capped { left } => {
+                // The last renewal: up to the cap exactly. The lease then ends there, and is
+                // reported lost (MaxHold) just before its bound.
+                if let Some(until) = last_renewal(&client, &renew, left, valid_until, policy).await
+                {
+                    let v = until;
+                    if !tx.send_if_modified(|s| match s {
+                        LeaseStatus::Held { .. } => {
+                            *s = LeaseStatus::Held { valid_until: v };
+                            true
+                        }
+                        _ => false,
+                    }) {
+                        return LossReason::Revoked;
+                    }
+                    valid_until = until;
+                }
+                let early = valid_until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(5));
+                tokio::time::sleep_until((valid_until - early).into()).await;
+                break LossReason::MaxHold;
+            }
         }
     };
     let published = tx.send_if_modified(|s| match s {
@@ -225,6 +281,28 @@ pub(crate) async fn watchdog(
         tracing::warn!(key = %key, owner = %owner, reason = %reason, "the lease on {key} was lost: {reason}");
     }
     reason
+}
+
+/// Renews once for the `left` until the hold's cap: the new validity bound, or `None` where
+/// that cannot be had (too short to be worth a renewal, or the renewal failed: the lease then
+/// ends at its current bound).
+async fn last_renewal(
+    client: &Client,
+    renew: &Renewer,
+    left: Duration,
+    valid_until: Instant,
+    policy: RetryPolicy,
+) -> Option<Instant> {
+    let timing = LeaseTiming::new(left).ok()?;
+    let sent = Instant::now();
+    if timing.valid_until(sent) <= valid_until {
+        return None;
+    }
+    let ttl_ms = timing.ttl_ms();
+    match renew_once(client, &renew.with_ttl(ttl_ms), valid_until, policy).await {
+        Renewal::Renewed(sent) => Some(timing.valid_until(sent)),
+        _ => None,
+    }
 }
 
 /// Waits until the status on `rx` is no longer `Held`, also noticing on its own when the

@@ -4,14 +4,16 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, Value};
+use redis::{Cmd, FromRedisValue, Value};
 use tokio::sync::watch;
 
 use crate::acquire::drive::send_acquire;
 use crate::acquire::{ServerWait, Wait};
 use crate::connection::Client;
 use crate::error::{Error, InvalidArgument, Result};
+use crate::lease::exec;
 use crate::lease::held::Lease;
+use crate::lease::release::{InflightCleanup, Release};
 use crate::lease::status::{LeaseStatus, LossReason};
 use crate::lease::{LeaseTiming, Renewer};
 use crate::lock::info::LockMode;
@@ -131,6 +133,10 @@ impl MultiLock {
     pub async fn acquire(&self, mode: LockMode, wait: Wait) -> Result<Option<MultiGuard>> {
         let owner = uuid::Uuid::new_v4().to_string();
         let renew = self.renewer(&owner);
+        // A request cancelled while its outcome is unknown (the caller's future dropped: a
+        // timeout, a signal) gives back what it may have been granted, in the background.
+        let mut cleanup =
+            InflightCleanup::new(&self.client, self.unlock_cmd(&owner), Release::Times(1));
         let deadline = match wait {
             Wait::For(d) => Some(Instant::now() + d),
             _ => None,
@@ -152,7 +158,10 @@ impl MultiLock {
                 cmd.arg("READ");
             }
             self.opts.add_max_hold(&mut cmd);
-            match send_acquire(&self.client, cmd, server_wait, &renew, deadline).await {
+            cleanup.set_armed(true);
+            let sent = send_acquire(&self.client, cmd, server_wait, &renew, deadline).await;
+            cleanup.set_armed(false);
+            match sent {
                 Ok((Value::Nil, _)) => return Ok(None),
                 Ok((Value::Array(tokens), _)) => {
                     let tokens: Vec<u64> = tokens
@@ -228,6 +237,49 @@ impl MultiGuard {
         &self.lock.keys
     }
 
+    /// The first key's fencing token (as a [`Guard`](crate::Guard), the guard is its hold
+    /// on the first key: every key is granted, renewed and lost together).
+    pub fn token(&self) -> u64 {
+        self.tokens.first().copied().unwrap_or(0)
+    }
+
+    /// The first key (see [`MultiGuard::token`]).
+    pub fn key(&self) -> &str {
+        self.lock.keys.first().map_or("", String::as_str)
+    }
+
+    /// The local instant until which every hold is certainly valid, if held.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.lease.valid_until()
+    }
+
+    /// Calls `f` once, from a background task, when the holds are lost (at once if they
+    /// already are); never if they are released first.
+    pub fn on_lost(&self, f: impl FnOnce(LossReason) + Send + 'static) {
+        self.lease.on_lost(&self.lock.client, f);
+    }
+
+    /// Runs `cmd` inside Redis only while the **write** hold on the first key is live
+    /// (`LEASE.EXEC key token cmd...`, as [`LockGuard::exec`](crate::LockGuard::exec)); its
+    /// keys must be in the locks' slot in a Cluster. A fenced answer reports the holds lost.
+    pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let client = &self.lock.client;
+        let deadline = exec::deadline(self.valid_until(), client.command_timeout());
+        let out = exec::exec(
+            client,
+            self.key(),
+            self.token(),
+            cmd,
+            deadline,
+            self.lock.opts.retry,
+        )
+        .await;
+        if matches!(out, Err(Error::Fenced(_))) && self.mode == LockMode::Write {
+            self.lease.revoke();
+        }
+        out
+    }
+
     /// The owner id the holds are under (a fresh UUIDv4).
     pub fn owner(&self) -> &str {
         &self.owner
@@ -275,3 +327,21 @@ impl MultiGuard {
         Ok(crate::reply::int(&v) == Some(self.tokens.len() as i64))
     }
 }
+
+/// Dropping the guard releases every key, as a best effort (as a dropped
+/// [`LockGuard`](crate::LockGuard) does); [`Client::settle`] waits for it.
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        if !self.lease.stop() {
+            return;
+        }
+        let client = self.lock.client.clone();
+        let cmd = self.lock.unlock_cmd(&self.owner);
+        let policy = self.lock.opts.release_policy();
+        self.lock.client.spawn_cleanup(async move {
+            let _ = client.query_retry(&cmd, None, policy).await;
+        });
+    }
+}
+
+crate::guard::impl_guard!(MultiGuard);

@@ -91,10 +91,13 @@ struct Replicas {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run CMD while holding the lock on KEY; renew it meanwhile, release it when CMD ends.
+    /// Run CMD while holding the lock on KEY (on every KEY at once, all or nothing, when
+    /// several are given); renew it meanwhile, release it when CMD ends.
     ///
     /// CMD gets REDIS_LEASE_KEY, REDIS_LEASE_OWNER, REDIS_LEASE_MODE and REDIS_LEASE_TOKEN
-    /// (the fencing token) in its environment. If the lease is lost, CMD's process group gets
+    /// (the fencing token) in its environment; with several keys also REDIS_LEASE_KEYS and
+    /// REDIS_LEASE_TOKENS (space-separated, in order; KEY and TOKEN are the first key's). If
+    /// the lease is lost, CMD's process group gets
     /// SIGTERM, then SIGKILL after --grace, and redis-lease exits with status 3. At a terminal,
     /// CMD runs in the foreground: it can read the terminal and gets Ctrl-C and Ctrl-Z.
     Lock {
@@ -114,10 +117,16 @@ enum Cmd {
         /// Time between SIGTERM and SIGKILL when the lease is lost (5s, 500ms...).
         #[arg(long, default_value = "5s", value_parser = duration)]
         grace: Duration,
+        /// Cap the hold at this long from its grant, renewals included (MAXHOLD; 10m, 1h...):
+        /// at the cap the lease is lost and CMD is stopped (exit 3).
+        #[arg(long, value_parser = duration)]
+        max_hold: Option<Duration>,
         #[command(flatten)]
         replicas: Replicas,
-        /// The lock's key.
-        key: String,
+        /// The lock's key, or several (up to 64, in one Cluster slot): all are taken at once or
+        /// none (RWLOCK.MLOCK), and a wait keeps its place in every key's queue.
+        #[arg(required = true, num_args = 1..=64)]
+        keys: Vec<String>,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, num_args = 1..)]
         cmd: Vec<OsString>,
@@ -148,6 +157,10 @@ enum Cmd {
         /// Time between SIGTERM and SIGKILL when the lease is lost (5s, 500ms...).
         #[arg(long, default_value = "5s", value_parser = duration)]
         grace: Duration,
+        /// Cap the hold at this long from its grant, renewals included (MAXHOLD; 10m, 1h...):
+        /// at the cap the lease is lost and CMD is stopped (exit 3).
+        #[arg(long, value_parser = duration)]
+        max_hold: Option<Duration>,
         #[command(flatten)]
         replicas: Replicas,
         /// The semaphore's key.
@@ -274,25 +287,45 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             wait,
             owner,
             grace,
+            max_hold,
             replicas,
-            key,
+            keys,
             cmd,
         } => {
             let opts = LockOptions {
                 timing: LeaseTiming::new(ttl)?,
                 replicas: replicas.replicas,
                 replica_timeout: replicas.replica_timeout,
+                max_hold,
                 ..Default::default()
             };
-            let mut lock = client.rwlock(&key).with_options(opts);
-            if let Some(o) = owner {
-                lock = lock.with_owner(o);
-            }
             let mode = if read {
                 LockMode::Read
             } else {
                 LockMode::Write
             };
+            if keys.len() > 1 {
+                if owner.is_some() || replicas.replicas > 0 {
+                    out::warn(format_args!(
+                        "redis-lease: --owner and --replicas take one key (several keys get a                          fresh owner and no replica acknowledgement)"
+                    ));
+                    return Ok(EXIT_USAGE);
+                }
+                let many = Many {
+                    keys,
+                    mode,
+                    wait,
+                    opts,
+                    grace,
+                    verbose,
+                };
+                return run_many(&client, many, &cmd).await;
+            }
+            let key = keys.into_iter().next().unwrap_or_default();
+            let mut lock = client.rwlock(&key).with_options(opts);
+            if let Some(o) = owner {
+                lock = lock.with_owner(o);
+            }
             let wait = wait_of(wait);
             let guard = tokio::select! {
                 g = lock.acquire(mode, wait) => g?,
@@ -334,6 +367,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             wait,
             owner,
             grace,
+            max_hold,
             replicas,
             key,
             cmd,
@@ -342,6 +376,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 timing: LeaseTiming::new(ttl)?,
                 replicas: replicas.replicas,
                 replica_timeout: replicas.replica_timeout,
+                max_hold,
                 ..Default::default()
             };
             let mut sem = client.semaphore(&key, limit).with_options(opts);
@@ -497,6 +532,54 @@ const RELEASE_ON_SIGNAL: Duration = Duration::from_secs(2);
 
 /// A signal came during an acquisition, which was dropped: its clean-up (the release of a
 /// grant whose outcome was unknown) runs before redis-lease exits with `code`.
+/// `lock K1 K2 ... -- CMD`: what it asks for.
+struct Many {
+    keys: Vec<String>,
+    mode: LockMode,
+    wait: Option<Duration>,
+    opts: LockOptions,
+    grace: Duration,
+    verbose: bool,
+}
+
+/// `lock K1 K2 ... -- CMD`: every key at once (RWLOCK.MLOCK), then as for one key. CMD gets
+/// REDIS_LEASE_KEYS and REDIS_LEASE_TOKENS (space-separated, in the keys' order), and
+/// REDIS_LEASE_KEY / REDIS_LEASE_TOKEN for the first key.
+async fn run_many(client: &Client, m: Many, cmd: &[OsString]) -> Result<u8, Failure> {
+    let lock = client.rwlock_many(m.keys.clone())?.with_options(m.opts);
+    let all = m.keys.join(" ");
+    let mode = m.mode;
+    let guard = tokio::select! {
+        g = lock.acquire(mode, wait_of(m.wait)) => g?,
+        code = child::terminated() => return Ok(interrupted(client, code).await),
+    };
+    let Some(guard) = guard else {
+        out::warn(format_args!(
+            "redis-lease: the {mode} locks on {all} were not acquired in time"
+        ));
+        return Ok(EXIT_NOT_ACQUIRED);
+    };
+    let tokens: Vec<String> = guard.tokens().iter().map(u64::to_string).collect();
+    if m.verbose {
+        out::warn(format_args!(
+            "redis-lease: holding the {mode} locks on {all} (tokens {}, owner {})",
+            tokens.join(" "),
+            guard.owner()
+        ));
+    }
+    let env = [
+        ("REDIS_LEASE_KEYS", all.clone()),
+        ("REDIS_LEASE_TOKENS", tokens.join(" ")),
+        ("REDIS_LEASE_KEY", guard.key().to_string()),
+        ("REDIS_LEASE_TOKEN", guard.token().to_string()),
+        ("REDIS_LEASE_OWNER", guard.owner().to_string()),
+        ("REDIS_LEASE_MODE", mode.to_string()),
+    ];
+    let what = format!("the locks on {all}");
+    let first = guard.key().to_string();
+    Ok(run_held(guard, &what, &first, cmd, &env, m.grace).await)
+}
+
 async fn interrupted(client: &Client, code: u8) -> u8 {
     if !client.settle(RELEASE_ON_SIGNAL).await {
         out::warn(format_args!(

@@ -103,9 +103,11 @@ pub(crate) enum Renewal {
     Unreplicated {
         acked: u32,
     },
-    /// The server renews it no further than its cap (its max hold), `left` from now.
+    /// The server renews it no further than its cap (its max hold): `left` remained until it
+    /// when the refused request was `sent`.
     Capped {
         left: Duration,
+        sent: Instant,
     },
 }
 
@@ -190,6 +192,7 @@ pub(crate) async fn renew_once(
                         .unwrap_or(0);
                     return Renewal::Capped {
                         left: Duration::from_millis(left),
+                        sent: now,
                     };
                 }
                 let (key, owner) = renew.subject();
@@ -244,11 +247,11 @@ pub(crate) async fn watchdog(
             }
             Renewal::Lost(r) => break r,
             Renewal::Unreplicated { .. } => break LossReason::NotReplicated,
-            Renewal::Capped { left } => {
-                // The last renewal: up to the cap exactly. The lease then ends there, and is
-                // reported lost (MaxHold) just before its bound.
-                if let Some(until) = last_renewal(&client, &renew, left, valid_until, policy).await
-                {
+            Renewal::Capped { left, sent } => {
+                // The last renewal: up to the cap. The lease then ends there, and is reported
+                // lost (MaxHold) just before its bound.
+                let last = last_renewal(&client, &renew, (left, sent), valid_until, policy).await;
+                if let Some(until) = last {
                     let v = until;
                     if !tx.send_if_modified(|s| match s {
                         LeaseStatus::Held { .. } => {
@@ -283,26 +286,35 @@ pub(crate) async fn watchdog(
     reason
 }
 
-/// Renews once for the `left` until the hold's cap: the new validity bound, or `None` where
-/// that cannot be had (too short to be worth a renewal, or the renewal failed: the lease then
+/// Renews once more, up to the hold's cap (`left` remained when the refused request was
+/// `sent`; asked again from a new refusal if this one came too late): the new validity bound,
+/// or `None` where none can be had (too short to be worth it, or it failed: the lease then
 /// ends at its current bound).
 async fn last_renewal(
     client: &Client,
     renew: &Renewer,
-    left: Duration,
+    (mut left, mut sent): (Duration, Instant),
     valid_until: Instant,
     policy: RetryPolicy,
 ) -> Option<Instant> {
-    let timing = LeaseTiming::new(left).ok()?;
-    let sent = Instant::now();
-    if timing.valid_until(sent) <= valid_until {
-        return None;
+    for _ in 0..3 {
+        // A few ms short of the cap: the server refuses a lease past it by even one, and the
+        // request takes a moment to arrive.
+        let ttl = left
+            .saturating_sub(sent.elapsed())
+            .saturating_sub(Duration::from_millis(5) + left / 100);
+        let timing = LeaseTiming::new(ttl).ok()?;
+        if timing.valid_until(Instant::now()) <= valid_until {
+            return None;
+        }
+        let again = renew.with_ttl(timing.ttl_ms());
+        match renew_once(client, &again, valid_until, policy).await {
+            Renewal::Renewed(at) => return Some(timing.valid_until(at)),
+            Renewal::Capped { left: l, sent: s } => (left, sent) = (l, s),
+            _ => return None,
+        }
     }
-    let ttl_ms = timing.ttl_ms();
-    match renew_once(client, &renew.with_ttl(ttl_ms), valid_until, policy).await {
-        Renewal::Renewed(sent) => Some(timing.valid_until(sent)),
-        _ => None,
-    }
+    None
 }
 
 /// Waits until the status on `rx` is no longer `Held`, also noticing on its own when the

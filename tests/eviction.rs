@@ -147,6 +147,29 @@ fn eviction_case(policy: &str, waiter: bool) {
     if let Some(w) = w.as_mut() {
         w.assert_waiting_for(Duration::from_millis(0), "A's lease still runs");
     }
+    if k_evicted && waiter {
+        // Issue 20's first finding, on the eviction route: the waiters of the evicted lock
+        // wait under its kind, so a request of another kind on the name is refused as it
+        // would be with the key present, instead of joining them.
+        for other in [
+            &["LEADER.CAMPAIGN", "k", "E", "1000", "WAIT", "5000"][..],
+            &["SEMAPHORE.ACQUIRE", "k", "S", "1", "1000", "WAIT", "5000"][..],
+        ] {
+            let mut cmd = redis::cmd(other[0]);
+            for a in &other[1..] {
+                cmd.arg(*a);
+            }
+            let answer = match cmd.query::<Value>(&mut c) {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                answer.contains("WRONGTYPE"),
+                "{policy}: {} on the evicted lock's name answered {answer}",
+                other[0]
+            );
+        }
+    }
     let ta = match w {
         // W, queued first, is served first, at A's lapse; B after W's release.
         Some(w) => {

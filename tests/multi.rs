@@ -633,3 +633,65 @@ fn replicas_see_multi_key_grants_and_caps() {
     let e = r.cmd(&["RWLOCK.MLOCK", "1", "re", "o", LONG]);
     assert!(e.err().starts_with("READONLY"), "{e:?}");
 }
+
+/// A multi-key request meets the hold-back lobby (a quarantine after a load): it waits in the
+/// lobby of each of its keys, keeps its place there (a single-key request behind it on one of
+/// them does not overtake it), a request of another kind on one of its names is refused as
+/// with the key present, and when grants open it is granted on every key at once, once.
+#[test]
+fn a_multi_key_request_waits_in_the_lobby_and_is_granted_when_grants_open() {
+    let s = Server::with(debug_opts());
+    let mut c = sock(&s);
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "lease.quarantine", "1500"])
+            .bytes(),
+        b"OK"
+    );
+    c.cmd(&["DEBUG", "RELOAD"]);
+    let quarantine = |c: &mut Sock| {
+        let i = c.cmd(&["INFO", "lease"]);
+        let t = String::from_utf8_lossy(i.bytes()).into_owned();
+        t.lines()
+            .find_map(|l| l.strip_prefix("lease_quarantine_ms:"))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(quarantine(&mut c) > 500, "no quarantine after DEBUG RELOAD");
+    let started = Instant::now();
+    let mut m = sock(&s);
+    m.send(&[
+        b"RWLOCK.MLOCK",
+        b"2",
+        b"qa",
+        b"qb",
+        b"m",
+        b"1000",
+        b"WAIT",
+        b"10000",
+    ]);
+    parked(&mut m);
+    let mut single = sock(&s);
+    single.send(&[b"RWLOCK.WLOCK", b"qb", b"s", b"1000", b"WAIT", b"10000"]);
+    parked(&mut single);
+    // Another kind on one of its names: WRONGTYPE, as with the key present.
+    let other = c.cmd(&["LEADER.CAMPAIGN", "qa", "x", "1000", "WAIT", "100"]);
+    assert!(other.err().starts_with("WRONGTYPE"), "{other:?}");
+    let got = m.reply_within(Duration::from_secs(8), "the multi-key request");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "granted during the quarantine"
+    );
+    let t = tokens(&got);
+    assert_eq!(t.len(), 2, "{got:?}");
+    assert_eq!(holders(&mut c, "qa"), vec!["m"]);
+    assert_eq!(holders(&mut c, "qb"), vec!["m"]);
+    // The single-key request behind it still waits, and is served when m lets go.
+    parked(&mut single);
+    assert_eq!(c.cmd(&["RWLOCK.MUNLOCK", "2", "qa", "qb", "m"]).int(), 2);
+    let s_tok = single.reply_within(Duration::from_secs(5), "the single-key request");
+    assert!(s_tok.int() > t[1], "{s_tok:?} after {t:?}");
+    assert!(
+        m.try_reply(Duration::from_millis(300)).unwrap().is_none(),
+        "answered twice"
+    );
+}

@@ -163,6 +163,7 @@ fn leader_info_shows_the_leader_and_the_waiting_candidates() {
     assert_eq!(text(&leader["candidate"]), "boss");
     assert_eq!(int(&leader["term"]), term);
     assert!((1..=10_000).contains(&int(&leader["ttl"])));
+    assert_eq!(int(&leader["cap"]), -1, "no max hold");
     let q = queue(&v);
     assert_eq!(q.len(), 1);
     assert_eq!(text(&q[0]["candidate"]), "next");
@@ -173,6 +174,19 @@ fn leader_info_shows_the_leader_and_the_waiting_candidates() {
     let next = w.join().unwrap().unwrap().unwrap();
     let f = fields(&r!(c, "LEADER.INFO", "e"));
     assert_eq!(int(&fields(&f["leader"])["term"]), next);
+    // A leader with a max hold shows the ms left until it.
+    token(&r!(
+        c,
+        "LEADER.CAMPAIGN",
+        "capped",
+        "c",
+        1000,
+        "MAXHOLD",
+        60_000
+    ));
+    let f = fields(&r!(c, "LEADER.INFO", "capped"));
+    let cap = int(&fields(&f["leader"])["cap"]);
+    assert!((50_000..=60_000).contains(&cap), "{cap}");
     assert!(array(&f["queue"]).is_empty());
     // Errors: arity, a key of another type.
     assert!(err(&r!(c, "LEADER.INFO")).contains("wrong number"));

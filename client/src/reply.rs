@@ -23,6 +23,13 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
 }
 
 /// A map reply (RESP3 map, or RESP2 flat field/value array).
+/// A holder's `cap` in `*.INFO`: ms left until it, -1 for none.
+pub(crate) fn cap(v: &Value) -> Option<std::time::Duration> {
+    int(v)
+        .filter(|ms| *ms >= 0)
+        .map(|ms| std::time::Duration::from_millis(ms as u64))
+}
+
 pub(crate) fn map(v: Value) -> Option<Vec<(String, Value)>> {
     match v {
         Value::Map(pairs) => pairs

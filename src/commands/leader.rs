@@ -4,8 +4,8 @@ use redis_lease_core::{DropReason, Effect, Election};
 
 use super::queue::{self, Shape};
 use super::{
-    acquire, change, held_id, ms_left, new_id, options, read, refused, replay_own, token, ttl,
-    Outcome,
+    acquire, cap_left, change, held_id, ms_left, new_id, options, read, refused, replay_own, token,
+    ttl, Outcome,
 };
 use crate::clock;
 use crate::config;
@@ -70,8 +70,8 @@ pub fn current(ctx: &Ctx, args: &Args) -> Outcome {
     })
 }
 
-/// `LEADER.INFO key`: a map of `leader` (a map of `candidate`, `term`, `ttl`; nil when nobody
-/// leads), `queue` (see [`queue::reply`]) and `waiters`.
+/// `LEADER.INFO key`: a map of `leader` (a map of `candidate`, `cap`, `term`, `ttl`; nil when
+/// nobody leads), `queue` (see [`queue::reply`]) and `waiters`.
 pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
     let (now, fraction) = clock::now();
     read::<Election, _>(ctx, args, |seen| {
@@ -80,9 +80,11 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         ctx.reply_bulk(b"leader");
         match seen.value.and_then(|v| v.core.current(now)) {
             Some(h) => {
-                ctx.reply_map(3);
+                ctx.reply_map(4);
                 ctx.reply_bulk(b"candidate");
                 ctx.reply_bulk(&h.owner.bytes());
+                ctx.reply_bulk(b"cap");
+                ctx.reply_int(cap_left(h.hold.cap, now, fraction));
                 ctx.reply_bulk(b"term");
                 ctx.reply(token(h.hold.token));
                 ctx.reply_bulk(b"ttl");

@@ -60,6 +60,8 @@ pub struct Holder {
     pub ttl: Duration,
     /// The fencing token of this hold.
     pub token: u64,
+    /// Time left until the hold's cap (its first grant + its max hold), if it has one.
+    pub cap: Option<Duration>,
 }
 
 /// The reply of `RWLOCK.INFO`.
@@ -111,6 +113,7 @@ impl LockInfo {
                             count: 0,
                             ttl: Duration::ZERO,
                             token: 0,
+                            cap: None,
                         };
                         for (hk, hv) in reply::map(h).ok_or_else(|| bad("holder"))? {
                             match hk.as_str() {
@@ -131,6 +134,7 @@ impl LockInfo {
                                 "token" => {
                                     holder.token = reply::int(&hv).unwrap_or(0).max(0) as u64
                                 }
+                                "cap" => holder.cap = crate::reply::cap(&hv),
                                 _ => {}
                             }
                         }

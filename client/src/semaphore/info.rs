@@ -22,6 +22,8 @@ pub struct SemaphoreHolder {
     pub ttl: Duration,
     /// The fencing token of this hold.
     pub token: u64,
+    /// Time left until the hold's cap (its first grant + its max hold), if it has one.
+    pub cap: Option<Duration>,
 }
 
 /// The reply of `SEMAPHORE.INFO`. A key that does not exist reads as limit 0, nothing held.
@@ -74,6 +76,7 @@ impl SemaphoreInfo {
                             permits: 0,
                             ttl: Duration::ZERO,
                             token: 0,
+                            cap: None,
                         };
                         for (hk, hv) in reply::map(h).ok_or_else(|| bad("holder"))? {
                             match hk.as_str() {
@@ -81,6 +84,7 @@ impl SemaphoreInfo {
                                 "permits" => holder.permits = small(&hv),
                                 "ttl" => holder.ttl = Duration::from_millis(count(&hv)),
                                 "token" => holder.token = count(&hv),
+                                "cap" => holder.cap = reply::cap(&hv),
                                 _ => {}
                             }
                         }

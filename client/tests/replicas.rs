@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::replica::{freeze, holders, leader_on, replica_of};
 use common::*;
-use redis_lease_client::{ElectionOptions, Error, LockOptions, LossReason};
+use redis_lease_client::{ElectionOptions, Error, LockOptions, LossReason, Wait};
 
 fn acked(ttl_ms: u64) -> LockOptions {
     LockOptions {
@@ -114,8 +114,14 @@ async fn grants_count_once_a_replica_has_them_and_renewals_too() {
     let conn = connector(&m).await;
     let lock = conn.rwlock("ack:lock").with_options(acked(1_500));
 
-    // A grant at once: on the replica when the guard is handed over.
-    let g = lock.try_write().await.unwrap().expect("free");
+    // A grant at once: on the replica when the guard is handed over. (Asked with a deadline:
+    // a loaded machine may delay the replica's acknowledgement past one wait's 300 ms, and
+    // the client then gives the grant back and asks again.)
+    let g = lock
+        .write_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("granted and acknowledged");
     assert_eq!(
         holders(&r, "ack:lock"),
         vec![(g.owner().to_string(), g.token())]
@@ -182,7 +188,7 @@ async fn grants_count_once_a_replica_has_them_and_renewals_too() {
     drop(frozen);
     common::replica::wait_replicas(&m, 1);
     let g = other
-        .try_write()
+        .write_timeout(Duration::from_secs(10))
         .await
         .unwrap()
         .expect("acknowledged again");
@@ -256,7 +262,11 @@ async fn semaphore_grants_count_once_a_replica_has_them() {
             .unwrap();
         format!("{v:?}").contains(owner)
     };
-    let g = sem.try_acquire(1).await.unwrap().expect("free");
+    let g = sem
+        .acquire(1, Wait::For(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("granted and acknowledged");
     assert!(on_replica(g.owner()));
     let waiter = {
         let sem = sem.clone();

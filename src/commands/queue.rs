@@ -1,6 +1,6 @@
 //! The `queue` of `*.INFO`: who waits on a key, in queue order, since when and until when.
 
-use redis_lease_core::{Keyed, Ms, Waiter};
+use redis_lease_core::{Keyed, Mode, Ms, Waiter};
 
 use super::{ms_left, Seen};
 use crate::ffi::ctx::Ctx;
@@ -58,7 +58,7 @@ pub fn reply(ctx: &Ctx, queue: &[(Waiter, Ms)], shape: Shape) {
         match shape {
             Shape::Lock => {
                 ctx.reply_bulk(b"mode");
-                ctx.reply_simple(super::rwlock::mode_word(w.mode));
+                ctx.reply_simple(mode_word(w.mode));
             }
             Shape::Semaphore => {
                 ctx.reply_bulk(b"permits");
@@ -70,5 +70,13 @@ pub fn reply(ctx: &Ctx, queue: &[(Waiter, Ms)], shape: Shape) {
         ctx.reply_int(crate::num::saturating_i64(now.saturating_sub(*since)));
         ctx.reply_bulk(b"left");
         ctx.reply_int(w.until.map_or(-1, |u| ms_left(u, now, fraction)));
+    }
+}
+
+/// A mode as `*.INFO` writes it (a holder's or a waiter's).
+pub fn mode_word(m: Mode) -> &'static std::ffi::CStr {
+    match m {
+        Mode::Read => c"read",
+        Mode::Write => c"write",
     }
 }

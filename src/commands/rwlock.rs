@@ -2,7 +2,7 @@
 
 use redis_lease_core::{Effect, Mode, Request, RwLock};
 
-use super::queue::{self, Shape};
+use super::queue::{self, mode_word, Shape};
 use super::{
     acquire, cap_left, change, held_id, ms_left, new_id, options, read, refused, replay_own, token,
     ttl, Outcome,
@@ -112,11 +112,4 @@ pub fn info(ctx: &Ctx, args: &Args) -> Outcome {
         ctx.reply_int(seen.waiters as i64);
         Reply::Written
     })
-}
-
-pub fn mode_word(m: Mode) -> &'static std::ffi::CStr {
-    match m {
-        Mode::Read => c"read",
-        Mode::Write => c"write",
-    }
 }

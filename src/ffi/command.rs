@@ -174,7 +174,15 @@ pub fn register(ctx: &Ctx, table: &[Spec]) -> Result<(), String> {
         if cmd.is_null() {
             return Err(format!("could not find {}", spec.name.to_string_lossy()));
         }
-        super::docs::describe(cmd, spec);
+        let doc = super::docs::Doc {
+            name: spec.name,
+            arity: spec.arity,
+            args: spec.args,
+            keys: spec.keys,
+            summary: spec.summary,
+            complexity: spec.complexity,
+        };
+        super::docs::describe(cmd, &doc);
         if acl.categories {
             categorize(cmd, spec, acl.module_category)?;
         }

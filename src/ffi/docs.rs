@@ -7,7 +7,6 @@ use std::os::raw::c_int;
 use redis_module::raw;
 
 use super::api_opt;
-use super::command::Spec;
 use super::ctx::log_warning;
 use crate::syntax::{Access, Arg, KeySpec, Keys, Shape};
 
@@ -140,8 +139,18 @@ fn raw_key_spec(k: &KeySpec) -> raw::RedisModuleCommandKeySpec {
     }
 }
 
+/// What COMMAND DOCS shows of one command (from its table row).
+pub struct Doc {
+    pub name: &'static CStr,
+    pub arity: i32,
+    pub args: &'static [Arg],
+    pub keys: &'static [KeySpec],
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+}
+
 /// COMMAND DOCS, key specs and arity, where the server has `RedisModule_SetCommandInfo`.
-pub fn describe(cmd: *mut raw::RedisModuleCommand, spec: &Spec) {
+pub fn describe(cmd: *mut raw::RedisModuleCommand, spec: &Doc) {
     let Some(set) = api_opt!(RedisModule_SetCommandInfo) else {
         return;
     };

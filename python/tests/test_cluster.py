@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional
 import pytest
 import redis.asyncio.cluster as acluster
 from redis.cluster import ClusterNode, RedisCluster
-from redis_lease import LeaderElector, LockGuard, RetryPolicy, RwLock
+from redis_lease import Connector, LeaderElector, LockGuard, MultiLock, RetryPolicy, RwLock
 from redis_lease import asyncio as alease
 from servers import Cluster, raw
 
@@ -54,6 +54,17 @@ def test_redis_py_cluster_client_routes_module_commands_by_key(cluster: Cluster,
         assert rc.execute_command("RWLOCK.UNLOCK", key, "me") == 1
     assert rc.execute_command("LEADER.CAMPAIGN", "route:l", "c", 5000) >= 1
     assert rc.execute_command("LEADER.RESIGN", "route:l", "c") == 1
+
+
+def test_a_multi_key_lock_is_routed_by_its_first_key(cluster: Cluster, rc: RedisCluster) -> None:
+    # Hash-tagged keys on every master; MLOCK's args[1] is numkeys, which hashes elsewhere.
+    for tag in spread_keys(cluster, 12):
+        keys = [f"{{{tag}}}:a", f"{{{tag}}}:b"]
+        with MultiLock(rc, keys, ttl=5.0, retry=FAST).write(timeout=5.0) as g:
+            port = int(cluster.owner_of(tag)["port"])  # type: ignore[call-overload]
+            assert [raw(port, "EXISTS", k) for k in keys] == [1, 1]
+            assert g.exec("SET", f"{{{tag}}}:data", "v") == b"OK"
+    assert not Connector.of(rc)._moved, "no request went to another node first"
 
 
 def test_the_client_carries_on_through_a_cluster_failover(cluster: Cluster, rc: RedisCluster) -> None:
@@ -111,6 +122,8 @@ async def test_asyncio_locks_and_observer_work_on_a_cluster(cluster: Cluster) ->
             assert seen is not None and seen.candidate == "n1" and seen.term == lead.term
             await lead.resign()
             assert await obs.next_change(5.0) is None
+        async with alease.MultiLock(arc, ["{spread:1}:a", "{spread:1}:b"], ttl=2.0, retry=FAST).read(timeout=5.0) as m:
+            assert len(m.tokens) == 2 and m.held
         waiter = asyncio.ensure_future(alease.RwLock(arc, "spread:0", ttl=2.0, retry=FAST).read(timeout=5.0))
         held = await alease.RwLock(arc, "spread:0", ttl=2.0, retry=FAST).try_read()
         assert held is not None

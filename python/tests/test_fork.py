@@ -12,7 +12,7 @@ from typing import Dict, List
 
 import pytest
 import redis
-from redis_lease import RwLock
+from redis_lease import MultiLock, RwLock
 from servers import Server
 
 CHILDREN = 4
@@ -111,4 +111,29 @@ def test_a_guard_inherited_by_a_child_is_the_parents(server: Server) -> None:
     assert os.waitstatus_to_exitcode(status) == 0, "release() in the child answered False"
     assert g.held and [h.owner for h in lock.info().holders] == [g.owner], "the parent's hold is intact"
     assert g.release()
+    r.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_a_multi_key_guard_inherited_by_a_child_is_the_parents(server: Server) -> None:
+    r = server.client()
+    keys = ["lock:fork:m1", "lock:fork:m2"]
+    g = MultiLock(r, keys, ttl=0.6).write(timeout=5.0)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            # The child's copy neither releases (explicitly or when collected) nor renews; it
+            # outlives a few of the parent's renewals.
+            code = 0 if g.release() is False else 2
+            del g
+            time.sleep(0.8)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "release() in the child answered False"
+    info = [RwLock(r, k).info().holders for k in keys]
+    assert g.held and [[(h.owner, h.token) for h in hs] for hs in info] == [[(g.owner, t)] for t in g.tokens]
+    assert g.release()
+    assert r.exists(*keys) == 0
     r.close()

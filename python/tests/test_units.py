@@ -421,6 +421,80 @@ def test_release_with_a_sweep_unlocks_until_nothing_is_left() -> None:
     assert s2.run(protocol.release(kind, False, POLICY, 1.5, now=s2.now)) == 1 and len(s2.calls) == 1
 
 
+MULTI = protocol.multi_lock_kind(["a", "b"], "me", "read", 3000, 9000)
+
+
+def test_a_multi_key_grant_whose_reply_was_lost_is_given_back_and_asked_for_again() -> None:
+    mlocks: List[Call] = []
+
+    def respond(s: Script, c: Call) -> Any:
+        if c.args[0] == "RWLOCK.MLOCK":
+            mlocks.append(c)
+            return reset(s, c) if len(mlocks) == 1 else [7, 8]
+        assert c.args[0] == "RWLOCK.MUNLOCK"
+        return 2  # it had been granted
+
+    s = Script(respond)
+    acq = Acquisition(MULTI, TIMING, POLICY, 1.5, 5.0, now=s.now)
+    g = s.run(acq.run())
+    assert g.tokens == (7, 8) and g.token == 7 and g.sweep and not acq.armed
+    assert s.names() == ["RWLOCK.MLOCK", "RWLOCK.MUNLOCK", "RWLOCK.MLOCK"]
+    assert mlocks[0].args[:8] == ("RWLOCK.MLOCK", 2, "a", "b", "me", 3000, "READ", "MAXHOLD")
+    assert s.calls[1].args == ("RWLOCK.MUNLOCK", 2, "a", "b", "me")
+    assert all(c.key == "a" for c in s.calls), "routed by the first key, not by numkeys"
+    # Out of time: given back once more, then Unavailable with nothing armed.
+    s = Script(lambda s, c: lost_reply(s, c) if c.args[0] == "RWLOCK.MLOCK" else 0)
+    acq = Acquisition(MULTI, TIMING, POLICY, 1.5, 0.5, now=s.now)
+    with pytest.raises(Unavailable):
+        s.run(acq.run())
+    assert s.names() == ["RWLOCK.MLOCK", "RWLOCK.MUNLOCK"] and not acq.armed
+
+
+def test_a_late_multi_key_grant_found_partly_gone_is_given_back_before_asking_again() -> None:
+    def respond(s: Script, c: Call) -> Any:
+        if c.args[0] == "RWLOCK.MLOCK":
+            s.t += 2.0  # granted after two thirds of the ttl in the queue
+            return [3, 4] if s.names().count("RWLOCK.MLOCK") == 1 else [5, 6]
+        if c.args[0] == "RWLOCK.MRENEW":  # the first renews one key of two: the other is gone
+            return 1 if s.names().count("RWLOCK.MRENEW") == 1 else 2
+        return 1  # the MUNLOCK gives the one left back
+
+    s = Script(respond)
+    g = s.run(Acquisition(MULTI, TIMING, POLICY, 1.5, 10.0, now=s.now).run())
+    assert s.names() == ["RWLOCK.MLOCK", "RWLOCK.MRENEW", "RWLOCK.MUNLOCK", "RWLOCK.MLOCK", "RWLOCK.MRENEW"]
+    assert g.tokens == (5, 6) and not g.sweep
+
+
+def test_a_multi_key_renewal_that_renews_fewer_keys_is_a_loss_and_the_last_one_is_capped() -> None:
+    seen: List[Any] = []
+    s = Script(lambda s, c: 2 if len(s.calls) == 1 else 1)
+    dog = protocol.watchdog(
+        MULTI.renew, TIMING, POLICY, 1.5, 1000.0, lambda b, r: seen.append(r), now=s.now, route="a", expect=2
+    )
+    assert s.run(dog) is LossReason.REVOKED and seen == [None, LossReason.REVOKED]
+    assert [c.key for c in s.calls] == ["a", "a"]
+    # At the cap: one more renewal, shorter, still every key's (MRENEW, its ttl last).
+    answers = iter([Failed(rx.ResponseError("MAXHOLD 2500 ms left until the cap")), 2])
+    s = Script(lambda s, c: next(answers))
+    seen = []
+    dog = protocol.watchdog(
+        MULTI.renew, TIMING, POLICY, 1.5, 1000.0, lambda b, r: seen.append((b, r)), now=s.now, route="a", expect=2
+    )
+    assert s.run(dog) is LossReason.MAX_HOLD
+    assert s.calls[1].args[:5] == MULTI.renew[:5] and 2400 < s.calls[1].args[5] < 2500, s.calls[1].args
+    assert 1003.4 < s.t < 1003.5, "lost just before the cap (2.5 s after 1001)"
+    # The last bound comes with its reason, so a clock check past it says MAX_HOLD too.
+    assert seen[0][1] is LossReason.MAX_HOLD and s.t < seen[0][0] < 1003.5 and seen[1] == (None, LossReason.MAX_HOLD)
+
+
+def test_a_multi_key_release_counts_only_when_every_key_was_held() -> None:
+    for answers, sweep, released, calls in (([2], False, 1, 1), ([1], False, 0, 1), ([2, 1, 0], True, 1, 3)):
+        it = iter(answers)
+        s = Script(lambda s, c, it=it: next(it))
+        assert s.run(protocol.release(MULTI, sweep, POLICY, 1.5, now=s.now)) == released
+        assert len(s.calls) == calls and s.calls[0].key == "a"
+
+
 def test_exec_retries_only_where_the_command_certainly_did_not_run() -> None:
     replies_ = iter([Failed(rx.BusyLoadingError("loading")), Failed(rx.ConnectionError("refused"), sent=False), b"OK"])
     s = Script(lambda s, c: next(replies_))
@@ -462,3 +536,24 @@ def test_reply_errors_are_typed_by_code_and_by_todays_wording(reply: str, cls: s
     if cls == "TtlTooLong":
         assert got.max_ms == 60000 and got.ttl_ms == 5000000  # type: ignore[attr-defined]
     assert typed_reply_error(rx.ResponseError("WRONGTYPE x"), "h:1", args).__class__ is rx.ResponseError
+
+
+def test_a_multi_key_requests_ttl_is_read_after_its_keys() -> None:
+    from redis_lease import TtlTooLong
+    from redis_lease.errors import typed_reply_error
+
+    reply = rx.ResponseError("ttl must be an integer from 1 to 60000 ms (lease.max-ttl), got '90000'")
+    got = typed_reply_error(reply, "h:1", ("RWLOCK.MLOCK", 2, "1", "2", "owner", 90000, "READ"))
+    assert isinstance(got, TtlTooLong) and got.ttl_ms == 90000 and got.max_ms == 60000
+
+
+def test_a_clock_check_past_the_bound_at_the_cap_reports_max_hold() -> None:
+    import time
+
+    from redis_lease.guards import LeaseState
+
+    st = LeaseState(time.monotonic() + 60.0, "k", 1)
+    st.publish(time.monotonic() - 0.001, LossReason.MAX_HOLD)  # the watchdog's last bound
+    assert not st.lost.is_set()
+    st.expire_if_due()  # before the watchdog's own report
+    assert st.lost.is_set() and st.reason is LossReason.MAX_HOLD

@@ -26,10 +26,10 @@ from .errors import (
     TtlTooLong,
     Unavailable,
 )
-from .guards import Guard, Leadership, LockGuard, SemaphoreGuard
+from .guards import Guard, Leadership, LockGuard, MultiGuard, SemaphoreGuard
 from .leader import LeaderElector, LeaderObserver, current_leader, election_info
 from .lock import RwLock
-from .multi import MultiGuard, MultiLock
+from .multi import MultiLock
 from .replies import ElectionInfo, Holder, LeaderInfo, LockInfo, SemaphoreInfo, Waiting
 from .retry import RetryPolicy
 from .semaphore import Semaphore
@@ -57,9 +57,9 @@ __all__ = [
     "LockInfo",
     "LossReason",
     "MaxHold",
+    "ModuleNotLoaded",
     "MultiGuard",
     "MultiLock",
-    "ModuleNotLoaded",
     "NotAcquired",
     "PermitsMismatch",
     "ProtocolError",

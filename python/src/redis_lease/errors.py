@@ -60,9 +60,10 @@ class Deadlock(LeaseError):
     holds and try again."""
 
 
-class MaxHold(LeaseError):
+class MaxHold(LeaseError, ValueError):
     """The ttl asked for would pass the hold's cap (``max_hold`` or the server's
-    ``lease.max-hold``; ``-MAXHOLD``, whose text gives the ms left)."""
+    ``lease.max-hold``; ``-MAXHOLD``, whose text gives the ms left). Also a ``ValueError``, as
+    :class:`TtlTooLong`: a ``max_hold`` shorter than the ttl is refused before any request."""
 
 
 class LockGone(LeaseError):
@@ -155,9 +156,11 @@ def typed_reply_error(err: Exception, where: str, args: Tuple[Any, ...] = ()) ->
         return ModuleNotLoaded(where, text)
     if body.startswith("ttl must be"):
         m = _MAX_TTL.search(body)
-        # The ttl follows the owner (RWLOCK.*LOCK, LEADER.CAMPAIGN, *.RENEW) or the limit
-        # (SEMAPHORE.ACQUIRE).
+        # The ttl follows the owner (RWLOCK.*LOCK, LEADER.CAMPAIGN, *.RENEW, after numkeys and
+        # the keys for MLOCK / MRENEW) or the limit (SEMAPHORE.ACQUIRE).
         at = 4 if command == "SEMAPHORE.ACQUIRE" else 3
+        if command in ("RWLOCK.MLOCK", "RWLOCK.MRENEW") and len(args) > 1 and str(args[1]).isdigit():
+            at += int(args[1])
         ttl_ms = int(args[at]) if len(args) > at and str(args[at]).isdigit() else None
         return TtlTooLong(text, int(m.group(1)) if m else None, ttl_ms)
     if code == "LIMIT" or body.startswith("this semaphore's limit is"):

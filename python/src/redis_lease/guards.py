@@ -31,13 +31,17 @@ class LeaseState:
         self.key = key
         self.token = token
         self.callbacks: List[OnLost] = []
+        # Why the lease ends when valid_until passes (MAX_HOLD once it is the cap's).
+        self.ends = LossReason.EXPIRED
 
     def publish(self, bound: Optional[float], reason: Optional[LossReason]) -> None:
+        """A new validity bound (and, with ``reason``, why the lease ends there), or the loss."""
         with self.lock:
             if self.lost.is_set() or self.stop.is_set():
                 return  # a loss is final, and after a release nothing matters
-            if reason is None and bound is not None:
+            if bound is not None:
                 self.valid_until = bound
+                self.ends = reason or self.ends
                 return
             self.reason = reason or LossReason.FAILED
             self.lost.set()
@@ -56,7 +60,7 @@ class LeaseState:
     def expire_if_due(self) -> None:
         """Declares the loss when the validity bound has passed (should the watchdog be late)."""
         if not self.lost.is_set() and time.monotonic() >= self.valid_until:
-            self.publish(None, LossReason.EXPIRED)
+            self.publish(None, self.ends)
 
 
 def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseState) -> None:
@@ -156,14 +160,21 @@ class Guard:
         # (elected again, or granted again) would lose its hold. The lost hold lapses alone.
         self._release_when_lost = kind.generated
         self.key: Any = spec.key
-        self.owner: str = kind.release[2]
+        self.owner: str = kind.release[-1]
         self.token: int = grant.token
         self.raise_on_lost: bool = spec.raise_on_lost
         self._pid = os.getpid()
         self._state = LeaseState(spec.timing.valid_until(grant.sent), spec.key, grant.token)
         _ensure_reaper()
         dog = protocol.watchdog(
-            kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish
+            kind.renew,
+            spec.timing,
+            spec.retry,
+            spec.command_timeout,
+            grant.sent,
+            self._state.publish,
+            route=kind.route,
+            expect=kind.expect,
         )
         threading.Thread(
             target=_watch, args=(conn, dog, self._state), name=f"redis-lease watchdog {self.key!r}", daemon=True
@@ -392,6 +403,28 @@ class SemaphoreGuard(Guard):
     def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, permits: int) -> None:
         self.permits = permits
         super().__init__(conn, spec, kind, grant)
+
+
+class MultiGuard(Guard):
+    """The holds of one owner on every key of a multi-key lock, granted, renewed
+    (``RWLOCK.MRENEW``), lost and released (``RWLOCK.MUNLOCK``) together (see :class:`Guard`).
+    ``key`` and ``token`` are the first key's, and :meth:`exec` is fenced on it; ``tokens``
+    has every key's, in key order. The hold is lost (``REVOKED``) when any key's is gone."""
+
+    def __init__(
+        self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, keys: List[Any], mode: str
+    ) -> None:
+        self.keys: List[Any] = list(keys)
+        self.mode = mode
+        self.tokens: List[int] = list(grant.tokens)
+        super().__init__(conn, spec, kind, grant)
+
+    @property
+    def _fences_writes(self) -> bool:
+        return self.mode == "write"
+
+    def __repr__(self) -> str:
+        return f"<MultiGuard keys={self.keys!r} owner={self.owner!r} tokens={self.tokens} held={self.held}>"
 
 
 def acquire(

@@ -56,9 +56,10 @@ class LeaderElector:
         retry: Optional[RetryPolicy] = None,
         command_timeout: float = 2.0,
         raise_on_lost: bool = True,
+        max_hold: Optional[float] = None,
     ) -> None:
         self.connector = Connector.of(client)
-        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout, raise_on_lost)
+        self.spec = Spec.of(key, ttl, candidate, renew_every, retry, command_timeout, raise_on_lost, max_hold)
         #: The caller's candidate id; None: a fresh UUIDv4 per campaign (per Leadership).
         self.candidate: Optional[str] = candidate
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generator, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Generator, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import replies
-from .errors import LeaseLost, LossReason, ProtocolError
+from .errors import LeaseLost, LossReason, MaxHold, ProtocolError
 from .retry import Backoff, Fatal, RetryPolicy, Transient, classify
 from .timing import LeaseTiming, wait_ms
 
@@ -63,30 +63,46 @@ Op = Union[Call, Sleep]
 Machine = Generator[Op, Any, T]
 
 
+def one_token(v: Any) -> Tuple[int, ...]:
+    return (replies.token(v),)
+
+
 @dataclass(frozen=True)
 class Kind:
-    """What distinguishes a lock, a semaphore and an election for the shared machinery."""
+    """What distinguishes a lock, a semaphore, an election and a multi-key lock for the shared
+    machinery. Every release command ends with the owner."""
 
     request: Tuple[Any, ...]  # the grant request, without WAIT
-    info: Tuple[Any, ...]  # the state read that adoption checks
-    renew: Tuple[Any, ...]
+    # The state read that adoption checks; None: nothing to adopt from (a multi-key grant),
+    # so after a lost reply whatever may have been granted is given back and asked for again.
+    info: Optional[Tuple[Any, ...]]
+    renew: Tuple[Any, ...]  # ends with the ttl
     release: Tuple[Any, ...]
-    hold: Callable[[Any], Tuple[int, int]]  # info reply -> (holds of ours, token)
+    hold: Callable[[Any], Tuple[int, int]]  # info reply -> (holds of ours, token) to adopt
     # Each grant adds a hold (RWLOCK reentrancy): a duplicated grant must be swept on release,
     # and a caller-chosen owner's existing holds are counted before the first attempt.
     reentrant: bool
     generated: bool  # the owner id is ours alone (a fresh UUIDv4)
     release_counts: bool = False  # release answers the number released (0/1 per call)
+    route: Any = None  # the key that routes every request (None: args[1]; MLOCK's is numkeys)
+    tokens: Callable[[Any], Tuple[int, ...]] = one_token  # grant reply -> its tokens
+    # What renew and release answer when every hold was there (MRENEW / MUNLOCK count keys):
+    # a renewal answering fewer found a hold gone.
+    expect: int = 1
 
 
-def lock_kind(key: Any, owner: str, mode: str, ttl_ms: int, generated: bool) -> Kind:
+def _max_hold(max_hold_ms: Optional[int]) -> Tuple[Any, ...]:
+    return ("MAXHOLD", max_hold_ms) if max_hold_ms is not None else ()
+
+
+def lock_kind(key: Any, owner: str, mode: str, ttl_ms: int, generated: bool, max_hold_ms: Optional[int] = None) -> Kind:
     def hold(v: Any) -> Tuple[int, int]:
         h = replies.lock_info(v).hold_of(owner, mode)
         return (h.count, h.token) if h else (0, 0)
 
     cmd = "RWLOCK.WLOCK" if mode == "write" else "RWLOCK.RLOCK"
     return Kind(
-        request=(cmd, key, owner, ttl_ms),
+        request=(cmd, key, owner, ttl_ms) + _max_hold(max_hold_ms),
         info=("RWLOCK.INFO", key),
         renew=("RWLOCK.RENEW", key, owner, ttl_ms),
         release=("RWLOCK.UNLOCK", key, owner),
@@ -97,7 +113,15 @@ def lock_kind(key: Any, owner: str, mode: str, ttl_ms: int, generated: bool) -> 
     )
 
 
-def semaphore_kind(key: Any, owner: str, limit: int, permits: int, ttl_ms: int, generated: bool) -> Kind:
+def semaphore_kind(
+    key: Any,
+    owner: str,
+    limit: int,
+    permits: int,
+    ttl_ms: int,
+    generated: bool,
+    max_hold_ms: Optional[int] = None,
+) -> Kind:
     def hold(v: Any) -> Tuple[int, int]:
         # A hold of other permits is not what was asked for: asking again gets the server's
         # refusal instead of adopting it.
@@ -105,7 +129,7 @@ def semaphore_kind(key: Any, owner: str, limit: int, permits: int, ttl_ms: int, 
         return (1, h.token) if h and h.permits == permits else (0, 0)
 
     return Kind(
-        request=("SEMAPHORE.ACQUIRE", key, owner, limit, ttl_ms, "PERMITS", permits),
+        request=("SEMAPHORE.ACQUIRE", key, owner, limit, ttl_ms, "PERMITS", permits) + _max_hold(max_hold_ms),
         info=("SEMAPHORE.INFO", key),
         renew=("SEMAPHORE.RENEW", key, owner, ttl_ms),
         release=("SEMAPHORE.RELEASE", key, owner),
@@ -115,13 +139,13 @@ def semaphore_kind(key: Any, owner: str, limit: int, permits: int, ttl_ms: int, 
     )
 
 
-def leader_kind(key: Any, candidate: str, ttl_ms: int, generated: bool) -> Kind:
+def leader_kind(key: Any, candidate: str, ttl_ms: int, generated: bool, max_hold_ms: Optional[int] = None) -> Kind:
     def hold(v: Any) -> Tuple[int, int]:
         cur = replies.leader_info(v)
         return (1, cur.term) if cur is not None and cur.candidate == candidate else (0, 0)
 
     return Kind(
-        request=("LEADER.CAMPAIGN", key, candidate, ttl_ms),
+        request=("LEADER.CAMPAIGN", key, candidate, ttl_ms) + _max_hold(max_hold_ms),
         info=("LEADER.CURRENT", key),
         renew=("LEADER.RENEW", key, candidate, ttl_ms),
         release=("LEADER.RESIGN", key, candidate),
@@ -131,15 +155,43 @@ def leader_kind(key: Any, candidate: str, ttl_ms: int, generated: bool) -> Kind:
     )
 
 
+def multi_lock_kind(keys: Sequence[Any], owner: str, mode: str, ttl_ms: int, max_hold_ms: Optional[int] = None) -> Kind:
+    """Every key of ``keys`` at once (``RWLOCK.MLOCK``), routed by the first; ``owner`` must be
+    fresh (its holds are this request's only, which is what lets a lost reply be given back)."""
+    n = len(keys)
+
+    def tokens(v: Any) -> Tuple[int, ...]:
+        t = tuple(replies.token(x) for x in replies.items(v))
+        if len(t) != n:
+            raise ProtocolError(f"RWLOCK.MLOCK answered {v!r} for {n} keys")
+        return t
+
+    return Kind(
+        request=("RWLOCK.MLOCK", n, *keys, owner, ttl_ms)
+        + (("READ",) if mode == "read" else ())
+        + _max_hold(max_hold_ms),
+        info=None,
+        renew=("RWLOCK.MRENEW", n, *keys, owner, ttl_ms),
+        release=("RWLOCK.MUNLOCK", n, *keys, owner),
+        hold=lambda v: (0, 0),  # the reply of the give-back (``info`` None): nothing to adopt
+        reentrant=True,
+        generated=True,
+        route=keys[0],
+        tokens=tokens,
+        expect=n,
+    )
+
+
 @dataclass(frozen=True)
 class Grant:
     """A confirmed grant. ``sent``: when the request that last proved the lease was sent (the
     watchdog's starting point). ``sweep``: release until the server answers 0 (a surplus hold
-    may exist after an unknown outcome)."""
+    may exist after an unknown outcome). ``tokens``: one per key of a multi-key grant."""
 
     token: int
     sent: float
     sweep: bool
+    tokens: Tuple[int, ...] = ()
 
 
 class _Again:
@@ -167,40 +219,69 @@ def query_retry(
         yield Sleep(d)
 
 
+@dataclass(frozen=True)
+class Capped:
+    """A renewal the server refused at the hold's cap (``-MAXHOLD``): ``left_ms`` remained
+    until it when the refused request was ``sent``. Nothing changed on the server."""
+
+    left_ms: int
+    sent: float
+
+    def ttl_ms(self, now: float) -> int:
+        """A lease that ends a little before the cap if asked for at ``now``: less the time
+        since the refusal's request was sent, and a few ms more (the server refuses a lease
+        past the cap by even one, and the next request takes a moment to arrive)."""
+        return int(self.left_ms - (now - self.sent) * 1000) - 5 - self.left_ms // 100
+
+
+def ms_left(error: BaseException) -> int:
+    """The ms a ``MAXHOLD <ms> ms left ...`` refusal gives."""
+    words = str(error).split()
+    for i, w in enumerate(words[:-1]):
+        if w.upper().endswith("MAXHOLD") and words[i + 1].isdigit():
+            return int(words[i + 1])
+    return 0
+
+
 def renew_once(
     args: Tuple[Any, ...],
     valid_until: float,
     policy: RetryPolicy,
     command_timeout: float,
     now: Clock = time.monotonic,
-) -> Machine[Union[float, LossReason]]:
+    route: Any = None,
+    expect: int = 1,
+) -> Machine[Union[float, LossReason, Capped]]:
     """Renews until success (answers the send time of the renewing request), a definitive
-    answer, or ``valid_until`` (answers the reason of the loss)."""
+    answer, or ``valid_until`` (answers the reason of the loss); at the hold's cap it answers
+    :class:`Capped`. ``route``, ``expect``: as in :class:`Kind`."""
     backoff = Backoff(policy, now)
+    key = args[1] if route is None else route
     while True:
         t = now()
         if t >= valid_until:
             return LossReason.EXPIRED
-        r = yield Call(args, min(command_timeout, valid_until - t))
+        r = yield Call(args, min(command_timeout, valid_until - t), route=route)
         if r is None:
             return LossReason.REVOKED
         if isinstance(r, Failed):
             f = classify(r.error, r.sent)
             if isinstance(f, Transient):
-                _log.warning(
-                    "redis-lease: renewing %r failed, retrying until the lease would lapse: %s", args[1], f.error
-                )
+                _log.warning("redis-lease: renewing %r failed, retrying until the lease would lapse: %s", key, f.error)
                 d = backoff.next_delay(valid_until)
                 if d is None:
                     return LossReason.EXPIRED
                 yield Sleep(d)
                 continue
+            if isinstance(f.error, MaxHold):
+                return Capped(ms_left(f.error), t)
             if not isinstance(f.error, LeaseLost):
-                _log.warning("redis-lease: renewing %r failed for good: %s", args[1], f.error)
+                _log.warning("redis-lease: renewing %r failed for good: %s", key, f.error)
                 return LossReason.FAILED
             return LossReason.REVOKED
         if isinstance(r, int) and not isinstance(r, bool):
-            return t
+            # RENEW answers a token; MRENEW how many keys it renewed: fewer is a hold gone.
+            return t if r >= expect else LossReason.REVOKED
         return LossReason.FAILED
 
 
@@ -212,15 +293,29 @@ def watchdog(
     last_sent: float,
     publish: Callable[[Optional[float], Optional[LossReason]], None],
     now: Clock = time.monotonic,
+    route: Any = None,
+    expect: int = 1,
 ) -> Machine[LossReason]:
     """Keeps a lease alive until it is lost: renews every ``renew_every``, publishes each new
-    validity bound (``publish(bound, None)``) and finally the loss (``publish(None, reason)``).
-    A driver stops it by closing it (on release)."""
+    validity bound (``publish(bound, None)``; at the cap ``publish(bound, MAX_HOLD)``: it ends
+    there, so a clock check that beats the watchdog to it reports MAX_HOLD too) and finally the
+    loss (``publish(None, reason)``). A driver stops it by closing it (on release).
+    ``route``, ``expect``: as in :class:`Kind`."""
     valid_until = timing.valid_until(last_sent)
     while True:
         renew_at = min(last_sent + timing.renew_every, valid_until)
         yield Sleep(max(0.0, renew_at - now()))
-        r = yield from renew_once(renew, valid_until, policy, command_timeout, now)
+        r = yield from renew_once(renew, valid_until, policy, command_timeout, now, route, expect)
+        if isinstance(r, Capped):
+            # The last renewal, up to the cap exactly; the lease ends there and is reported
+            # lost (MAX_HOLD) just before its bound.
+            bound = yield from last_renewal(renew, r, valid_until, policy, command_timeout, now, route, expect)
+            if bound is not None:
+                valid_until = bound
+            publish(valid_until, LossReason.MAX_HOLD)
+            yield Sleep(max(0.0, valid_until - min(0.005, max(0.0, valid_until - now())) - now()))
+            publish(None, LossReason.MAX_HOLD)
+            return LossReason.MAX_HOLD
         if isinstance(r, LossReason):
             publish(None, r)
             return r
@@ -229,16 +324,50 @@ def watchdog(
         publish(valid_until, None)
 
 
+def last_renewal(
+    renew: Tuple[Any, ...],
+    capped: Capped,
+    valid_until: float,
+    policy: RetryPolicy,
+    command_timeout: float,
+    now: Clock = time.monotonic,
+    route: Any = None,
+    expect: int = 1,
+) -> Machine[Optional[float]]:
+    """Renews once more, up to the hold's cap (every renewal ends with its ttl; asked again
+    from a new refusal if this one came too late): the new validity bound, or None where none
+    can be had (too short to be worth it, or it failed: the lease ends at its current bound)."""
+    for _ in range(3):
+        try:
+            timing = LeaseTiming.of(capped.ttl_ms(now()) / 1000)
+        except ValueError:
+            return None
+        if timing.valid_until(now()) <= valid_until:
+            return None
+        r = yield from renew_once(
+            renew[:-1] + (timing.ttl_ms,), valid_until, policy, command_timeout, now, route, expect
+        )
+        if isinstance(r, float):
+            return timing.valid_until(r)
+        if not isinstance(r, Capped):
+            return None
+        capped = r
+    return None
+
+
 class Acquisition:
-    """One acquisition: a lock hold, a semaphore hold or leadership.
+    """One acquisition: a lock hold (of one key or several), a semaphore hold or leadership.
 
     ``wait``: None waits without a limit (``WAIT 0``); a number <= 0 tries once (no ``WAIT``);
     else the longest wait in seconds (``WAIT ms``), which also bounds retries.
 
     After a lost reply (the request may have been granted) it does not simply ask again: it
     reads the state (``kind.info``) and adopts a hold of its owner if there is one, also once
-    more when out of time. ``armed`` tells the driver, when the machine ends abnormally
-    (an error, a cancellation), that a hold of ours may exist: it must release it.
+    more when out of time. A multi-key grant is not adopted (``kind.info`` None): its fresh
+    owner's holds are this request's only, so giving them all back (``kind.release``) before
+    asking again is as safe, and simpler than reading every key's token. ``armed`` tells the
+    driver, when the machine ends abnormally (an error, a cancellation), that a hold of ours
+    may exist: it must release it.
     """
 
     def __init__(
@@ -273,7 +402,7 @@ class Acquisition:
         k = self.kind
         deadline = None if self.wait is None or self.trying else self.now() + self.wait
         baseline = 0
-        if k.reentrant and not k.generated:
+        if k.reentrant and not k.generated and k.info is not None:
             # Holds of a caller-chosen owner that existed before (reentrancy), so that an
             # uncertain failure can tell a grant of ours from an older one.
             v = yield from query_retry(Call(k.info, self.command_timeout), None, self.policy, self.now)
@@ -284,7 +413,8 @@ class Acquisition:
         backoff = Backoff(policy, self.now)
         while True:
             if self.uncertain_since is not None:
-                r = yield Call(k.info, self.command_timeout)
+                # Read the state to adopt from, or give back what may have been granted.
+                r = yield Call(k.release if k.info is None else k.info, self.command_timeout, route=k.route)
                 if isinstance(r, Failed):
                     f = classify(r.error, r.sent)
                     if isinstance(f, Fatal):
@@ -296,7 +426,7 @@ class Acquisition:
                     continue
                 count, tok = k.hold(r)
                 if count > baseline:
-                    out = yield from self._on_grant(tok, self.uncertain_since, deadline, backoff)
+                    out = yield from self._on_grant((tok,), self.uncertain_since, deadline, backoff)
                     if isinstance(out, _Again):
                         continue
                     return out
@@ -308,12 +438,14 @@ class Acquisition:
                     raise backoff.give_up(err) from err
             sent = self.now()
             if self.wait is None:
-                call = Call(k.request + ("WAIT", 0), None, dedicated=True)
+                call = Call(k.request + ("WAIT", 0), None, dedicated=True, route=k.route)
             elif deadline is not None and deadline > sent + 0.001:
                 left = deadline - sent
-                call = Call(k.request + ("WAIT", wait_ms(left)), left + self.command_timeout, dedicated=True)
+                call = Call(
+                    k.request + ("WAIT", wait_ms(left)), left + self.command_timeout, dedicated=True, route=k.route
+                )
             else:
-                call = Call(k.request, self.command_timeout)
+                call = Call(k.request, self.command_timeout, route=k.route)
             self.armed = k.generated
             r = yield call
             if r is None:
@@ -323,7 +455,7 @@ class Acquisition:
                 return None
             if not isinstance(r, Failed):
                 since = self.uncertain_since if self.uncertain_since is not None else sent
-                out = yield from self._on_grant(replies.token(r), since, deadline, backoff)
+                out = yield from self._on_grant(k.tokens(r), since, deadline, backoff)
                 if isinstance(out, _Again):
                     continue
                 return out
@@ -349,7 +481,7 @@ class Acquisition:
                 raise backoff.give_up(f.error) from f.error
 
     def _on_grant(
-        self, tok: int, since: float, deadline: Optional[float], backoff: Backoff
+        self, tokens: Tuple[int, ...], since: float, deadline: Optional[float], backoff: Backoff
     ) -> Machine[Union[Grant, None, _Again]]:
         """A grant (by a request sent at ``since`` or later) becomes a Grant, unless its lease
         could not be confirmed: lapsed already (ask again while the deadline allows), or
@@ -359,9 +491,14 @@ class Acquisition:
         confirmed = yield from self._confirm(since)
         if not isinstance(confirmed, LossReason):
             self.armed = False
-            return Grant(tok, confirmed, sweep)
+            return Grant(tokens[0], confirmed, sweep, tokens)
         if confirmed is LossReason.REVOKED:
             self.uncertain_since = None
+            if k.expect > 1:
+                # Only some keys' holds may be gone: give back the others.
+                yield from query_retry(
+                    Call(k.release, self.command_timeout, route=k.route), None, self.policy, self.now
+                )
             if self.trying or (deadline is not None and self.now() >= deadline):
                 self.armed = False
                 return None
@@ -383,23 +520,26 @@ class Acquisition:
         if t.valid_until(sent) - now >= t.ttl * 2 / 3:
             return sent
         until = t.confirm_deadline(sent, now, self.command_timeout)
-        return (yield from renew_once(self.kind.renew, until, self.policy, self.command_timeout, self.now))
+        k = self.kind
+        r = yield from renew_once(k.renew, until, self.policy, self.command_timeout, self.now, k.route, k.expect)
+        # Refused only at the hold's cap: the server holds it, as granted.
+        return sent if isinstance(r, Capped) else r
 
 
 def release(
     kind: Kind, sweep: bool, policy: RetryPolicy, command_timeout: float, now: Clock = time.monotonic
 ) -> Machine[int]:
     """Releases: one request, or (``sweep``) until the server answers 0, at most 64 times.
-    Answers how many holds were released."""
+    Answers how many holds were released (a multi-key one counts if every key's was there)."""
     released = 0
     for _ in range(64 if sweep else 1):
-        v = yield from query_retry(Call(kind.release, command_timeout), None, policy, now)
+        v = yield from query_retry(Call(kind.release, command_timeout, route=kind.route), None, policy, now)
         n = replies.integer(v, -1)
-        if n == 1:
+        if n == kind.expect:
             released += 1
         elif n == 0:
             break
-        else:
+        elif not 0 < n < kind.expect:  # fewer: some keys' holds were gone already
             raise ProtocolError(f"{kind.release[0]} answered {v!r}")
     return released
 

@@ -65,6 +65,7 @@ class Holder:
     ttl: float  # lease seconds left
     token: int
     permits: int = 0  # semaphore only
+    cap: Optional[float] = None  # seconds left until the hold's max hold; None: no cap
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class LockInfo:
 
 def _holder(v: Any) -> Holder:
     f = fields(v)
+    cap = integer(f.get("cap", -1), -1)
     return Holder(
         owner=text(f.get("owner", "")),
         mode=text(f.get("mode", "")) if "mode" in f else "",
@@ -121,6 +123,7 @@ def _holder(v: Any) -> Holder:
         ttl=max(integer(f.get("ttl", 0)), 0) / 1000.0,
         token=max(integer(f.get("token", 0)), 0),
         permits=max(integer(f.get("permits", 0)), 0),
+        cap=None if cap < 0 else cap / 1000.0,
     )
 
 

@@ -32,10 +32,11 @@ class Semaphore:
         retry: Optional[RetryPolicy] = None,
         command_timeout: float = 2.0,
         raise_on_lost: bool = True,
+        max_hold: Optional[float] = None,
     ) -> None:
         self.connector = Connector.of(client)
         self.limit = check_limit(limit)
-        self.spec = Spec.of(key, ttl, owner, renew_every, retry, command_timeout, raise_on_lost)
+        self.spec = Spec.of(key, ttl, owner, renew_every, retry, command_timeout, raise_on_lost, max_hold)
 
     @property
     def key(self) -> Any:

@@ -16,6 +16,7 @@ from ..errors import (
     LimitMismatch,
     LockGone,
     LossReason,
+    MaxHold,
     ModuleNotLoaded,
     NotAcquired,
     PermitsMismatch,
@@ -27,9 +28,10 @@ from ..replies import ElectionInfo, Holder, LeaderInfo, LockInfo, SemaphoreInfo,
 from ..retry import RetryPolicy
 from ..timing import LeaseTiming
 from .connector import Connector
-from .guards import Acquiring, Guard, Leadership, LockGuard, SemaphoreGuard
+from .guards import Acquiring, Guard, Leadership, LockGuard, MultiGuard, SemaphoreGuard
 from .leader import LeaderElector, LeaderObserver, current_leader, election_info
 from .lock import RwLock
+from .multi import MultiLock
 from .semaphore import Semaphore
 
 __all__ = [
@@ -52,7 +54,10 @@ __all__ = [
     "LockGuard",
     "LockInfo",
     "LossReason",
+    "MaxHold",
     "ModuleNotLoaded",
+    "MultiGuard",
+    "MultiLock",
     "NotAcquired",
     "PermitsMismatch",
     "ProtocolError",

@@ -44,12 +44,14 @@ class LeaseState:
         self.key = key
         self.token = token
         self.callbacks: List[OnLost] = []
+        self.ends = LossReason.EXPIRED  # see redis_lease.guards.LeaseState
 
     def publish(self, bound: Optional[float], reason: Optional[LossReason]) -> None:
         if self.lost.is_set() or self.stop.is_set():
             return
-        if reason is None and bound is not None:
+        if bound is not None:
             self.valid_until = bound
+            self.ends = reason or self.ends
             return
         self.reason = reason or LossReason.FAILED
         self.lost.set()
@@ -58,7 +60,7 @@ class LeaseState:
 
     def expire_if_due(self) -> None:
         if not self.lost.is_set() and time.monotonic() >= self.valid_until:
-            self.publish(None, LossReason.EXPIRED)
+            self.publish(None, self.ends)
 
 
 async def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseState) -> None:
@@ -101,13 +103,20 @@ class Guard:
         # (elected again, or granted again) would lose its hold. The lost hold lapses alone.
         self._release_when_lost = kind.generated
         self.key: Any = spec.key
-        self.owner: str = kind.release[2]
+        self.owner: str = kind.release[-1]
         self.token: int = grant.token
         self.raise_on_lost: bool = spec.raise_on_lost
         self._holds = 1  # holds of this guard's owner on the server (2 after an upgrade)
         self._state = LeaseState(spec.timing.valid_until(grant.sent), spec.key, grant.token)
         dog = protocol.watchdog(
-            kind.renew, spec.timing, spec.retry, spec.command_timeout, grant.sent, self._state.publish
+            kind.renew,
+            spec.timing,
+            spec.retry,
+            spec.command_timeout,
+            grant.sent,
+            self._state.publish,
+            route=kind.route,
+            expect=kind.expect,
         )
         self._task = spawn(_watch(conn, dog, self._state))
 
@@ -332,6 +341,28 @@ class SemaphoreGuard(Guard):
     def __init__(self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, permits: int) -> None:
         self.permits = permits
         super().__init__(conn, spec, kind, grant)
+
+
+class MultiGuard(Guard):
+    """The holds of one owner on every key of a multi-key lock, granted, renewed
+    (``RWLOCK.MRENEW``), lost and released (``RWLOCK.MUNLOCK``) together (see :class:`Guard`).
+    ``key`` and ``token`` are the first key's, and :meth:`exec` is fenced on it; ``tokens``
+    has every key's, in key order. The hold is lost (``REVOKED``) when any key's is gone."""
+
+    def __init__(
+        self, conn: Connector, spec: Spec, kind: protocol.Kind, grant: protocol.Grant, keys: List[Any], mode: str
+    ) -> None:
+        self.keys: List[Any] = list(keys)
+        self.mode = mode
+        self.tokens: List[int] = list(grant.tokens)
+        super().__init__(conn, spec, kind, grant)
+
+    @property
+    def _fences_writes(self) -> bool:
+        return self.mode == "write"
+
+    def __repr__(self) -> str:
+        return f"<MultiGuard keys={self.keys!r} owner={self.owner!r} tokens={self.tokens} held={self.held}>"
 
 
 async def acquire(

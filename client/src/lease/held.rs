@@ -146,6 +146,25 @@ impl Lease {
         }
     }
 
+    /// Runs `cmd` inside Redis only while the hold `token` on `key` is live (`LEASE.EXEC`),
+    /// within the lease's bound; a `FENCED` answer loses the lease if this hold's token fences
+    /// writes (`fences`: a read hold's never does).
+    pub(crate) async fn exec<T: redis::FromRedisValue>(
+        &self,
+        client: &Client,
+        (key, token): (&str, u64),
+        cmd: &redis::Cmd,
+        retry: RetryPolicy,
+        fences: bool,
+    ) -> Result<T> {
+        let deadline = lease::exec::deadline(self.valid_until(), client.command_timeout());
+        let out = lease::exec::exec(client, key, token, cmd, deadline, retry).await;
+        if fences && matches!(out, Err(Error::Fenced(_))) {
+            self.revoke();
+        }
+        out
+    }
+
     /// The server answered that the hold is not live (`FENCED`): the lease is lost, whatever
     /// the watchdog last saw. A loss is final (the watchdog never overwrites it).
     pub(crate) fn revoke(&self) {

@@ -9,7 +9,6 @@ use tokio::sync::watch;
 use crate::acquire::drive::Held;
 use crate::acquire::Wait;
 use crate::error::{Error, Result};
-use crate::lease::exec;
 use crate::lease::held::Lease;
 use crate::lease::release::{InflightCleanup, Release};
 use crate::lease::status::{LeaseStatus, LossReason};
@@ -248,21 +247,11 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let client = &self.lock.client;
-        let deadline = exec::deadline(self.valid_until(), client.command_timeout());
-        let out = exec::exec(
-            client,
-            self.key(),
-            self.token,
-            cmd,
-            deadline,
-            self.lock.opts.retry,
-        )
-        .await;
-        if matches!(out, Err(Error::Fenced(_))) && self.mode == LockMode::Write {
-            self.lease.revoke();
-        }
-        out
+        let (client, retry) = (&self.lock.client, self.lock.opts.retry);
+        let write = self.mode == LockMode::Write;
+        (self.lease)
+            .exec(client, (self.key(), self.token), cmd, retry, write)
+            .await
     }
 
     /// Upgrades a read guard to the write lock, waiting as `wait` says, without giving up the

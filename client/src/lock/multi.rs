@@ -11,7 +11,6 @@ use crate::acquire::drive::send_acquire;
 use crate::acquire::{ServerWait, Wait};
 use crate::connection::Client;
 use crate::error::{Error, InvalidArgument, Result};
-use crate::lease::exec;
 use crate::lease::held::Lease;
 use crate::lease::release::{InflightCleanup, Release};
 use crate::lease::status::{LeaseStatus, LossReason};
@@ -263,21 +262,11 @@ impl MultiGuard {
     /// (`LEASE.EXEC key token cmd...`, as [`LockGuard::exec`](crate::LockGuard::exec)); its
     /// keys must be in the locks' slot in a Cluster. A fenced answer reports the holds lost.
     pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let client = &self.lock.client;
-        let deadline = exec::deadline(self.valid_until(), client.command_timeout());
-        let out = exec::exec(
-            client,
-            self.key(),
-            self.token(),
-            cmd,
-            deadline,
-            self.lock.opts.retry,
-        )
-        .await;
-        if matches!(out, Err(Error::Fenced(_))) && self.mode == LockMode::Write {
-            self.lease.revoke();
-        }
-        out
+        let (client, retry) = (&self.lock.client, self.lock.opts.retry);
+        let write = self.mode == LockMode::Write;
+        (self.lease)
+            .exec(client, (self.key(), self.token()), cmd, retry, write)
+            .await
     }
 
     /// The owner id the holds are under (a fresh UUIDv4).

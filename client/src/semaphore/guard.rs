@@ -6,8 +6,7 @@ use std::time::Instant;
 use redis::{Cmd, FromRedisValue};
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
-use crate::lease::exec;
+use crate::error::Result;
 use crate::lease::held::Lease;
 use crate::lease::status::{LeaseStatus, LossReason};
 use crate::semaphore::key::SemaphoreKey;
@@ -193,14 +192,10 @@ impl SemaphoreGuard {
     /// # Ok(()) }
     /// ```
     pub async fn exec<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let client = &self.sem.client;
-        let deadline = exec::deadline(self.valid_until(), client.command_timeout());
-        let retry = self.sem.opts.retry;
-        let out = exec::exec(client, self.key(), self.token, cmd, deadline, retry).await;
-        if matches!(out, Err(Error::Fenced(_))) {
-            self.lease.revoke();
-        }
-        out
+        let (client, retry) = (&self.sem.client, self.sem.opts.retry);
+        (self.lease)
+            .exec(client, (self.key(), self.token), cmd, retry, true)
+            .await
     }
 
     /// Stops renewing and releases the permits. Answers whether the server still counted them

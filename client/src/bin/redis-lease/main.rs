@@ -699,14 +699,7 @@ async fn print_lock(client: &Client, key: &str) -> Result<u8, Failure> {
     out::line(format_args!("waiters: {}", info.waiters))?;
     out::line(format_args!("holders: {}", info.holders.len()))?;
     for h in &info.holders {
-        out::line(format_args!(
-            "  {}\t{}\tcount={}\tttl={}ms\ttoken={}",
-            h.owner,
-            h.mode,
-            h.count,
-            h.ttl.as_millis(),
-            h.token
-        ))?;
+        out::line(format_args!("  {}", status::lock_holder(h)))?;
     }
     Ok(0)
 }
@@ -722,13 +715,7 @@ async fn print_semaphore(client: &Client, key: &str) -> Result<u8, Failure> {
     out::line(format_args!("waiters: {}", info.waiters))?;
     out::line(format_args!("holders: {}", info.holders.len()))?;
     for h in &info.holders {
-        out::line(format_args!(
-            "  {}\tpermits={}\tttl={}ms\ttoken={}",
-            h.owner,
-            h.permits,
-            h.ttl.as_millis(),
-            h.token
-        ))?;
+        out::line(format_args!("  {}", status::semaphore_holder(h)))?;
     }
     Ok(0)
 }

@@ -1,6 +1,8 @@
 //! `redis-lease status KEY`: one key's holders and queue, whatever its kind.
 
-use redis_lease_client::{Client, Waiting};
+use std::time::Duration;
+
+use redis_lease_client::{Client, Holder, SemaphoreHolder, Waiting};
 
 use crate::out;
 use crate::Failure;
@@ -21,13 +23,7 @@ pub async fn status(client: &Client, key: &str) -> Result<u8, Failure> {
             ))?;
             out::line(format_args!("holders: {}", i.holders.len()))?;
             for h in &i.holders {
-                out::line(format_args!(
-                    "  {}\tpermits={}\tttl={}ms\ttoken={}",
-                    h.owner,
-                    h.permits,
-                    h.ttl.as_millis(),
-                    h.token
-                ))?;
+                out::line(format_args!("  {}", semaphore_holder(h)))?;
             }
             (i.queue, i.waiters)
         }
@@ -52,14 +48,7 @@ pub async fn status(client: &Client, key: &str) -> Result<u8, Failure> {
             out::line(format_args!("mode: {mode}  token: {}", i.token))?;
             out::line(format_args!("holders: {}", i.holders.len()))?;
             for h in &i.holders {
-                out::line(format_args!(
-                    "  {}\t{}\tcount={}\tttl={}ms\ttoken={}",
-                    h.owner,
-                    h.mode,
-                    h.count,
-                    h.ttl.as_millis(),
-                    h.token
-                ))?;
+                out::line(format_args!("  {}", lock_holder(h)))?;
             }
             (i.queue, i.waiters)
         }
@@ -72,6 +61,35 @@ pub async fn status(client: &Client, key: &str) -> Result<u8, Failure> {
         out::line(format_args!("  ... {} more", waiters - queue.len() as u64))?;
     }
     Ok(0)
+}
+
+/// `owner  write  count=1  ttl=5000ms  token=N` (and `cap=Nms` for a hold with a max hold).
+pub fn lock_holder(h: &Holder) -> String {
+    format!(
+        "{}\t{}\tcount={}\tttl={}ms\ttoken={}{}",
+        h.owner,
+        h.mode,
+        h.count,
+        h.ttl.as_millis(),
+        h.token,
+        cap(h.cap)
+    )
+}
+
+/// `owner  permits=2  ttl=5000ms  token=N` (and `cap=Nms`).
+pub fn semaphore_holder(h: &SemaphoreHolder) -> String {
+    format!(
+        "{}\tpermits={}\tttl={}ms\ttoken={}{}",
+        h.owner,
+        h.permits,
+        h.ttl.as_millis(),
+        h.token,
+        cap(h.cap)
+    )
+}
+
+fn cap(cap: Option<Duration>) -> String {
+    cap.map_or(String::new(), |c| format!("\tcap={}ms", c.as_millis()))
 }
 
 /// `owner  write  waited=1200ms  left=800ms` (left `-` for a wait without a limit).

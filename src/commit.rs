@@ -204,10 +204,13 @@ where
 
 /// The same path for several read-write lock keys of one command (RWLOCK.MLOCK, MUNLOCK,
 /// MRENEW, a parked multi-key request's grant): every key's value found (or made, with
-/// `Open::Create`; a missing one is an empty lock that is not kept), its index entry made
-/// sure of and its departed waiters taken out, then one core operation over all of them with
-/// one clock and token source (grants held if any key's are), then each key committed.
-/// WRONGTYPE before anything is made.
+/// `Open::Create`; a missing one is an empty lock that is not kept, with no index entry), its
+/// index entry made sure of and its departed waiters taken out, then one core operation over
+/// all of them with one clock and token source (grants held if any key's are), then each key
+/// committed. A name whose state waits in the hold-back lobby becomes its key first and takes
+/// the lobby's waiters in by the core's rules, as in [`decide`] (commit parks it again if
+/// grants are still held there); a lobby of another kind is WRONGTYPE. WRONGTYPE before
+/// anything is made.
 pub fn decide_many<T>(
     mut keys: Vec<Key>,
     open: Open,
@@ -216,25 +219,31 @@ pub fn decide_many<T>(
 ) -> Result<T, WrongType> {
     for key in &keys {
         key.peek::<Stored<RwLock>>()?;
+        if holdback::lobby_kind(key.db(), key.name_bytes()).is_some_and(|k| k != Kind::RwLock) {
+            return Err(WrongType);
+        }
     }
     let mut before = Vec::with_capacity(keys.len());
     let mut places: Vec<(i32, &[u8])> = Vec::with_capacity(keys.len());
+    let mut lobbies: Vec<Option<Lock>> = Vec::with_capacity(keys.len());
     for key in &mut keys {
         let (db, name) = (key.db(), key.name_bytes());
         places.push((db, name));
-        let v = match open {
-            Open::Create => {
+        let lobby = holdback::take(db, name);
+        let v = match (open, lobby.is_some()) {
+            (Open::Create, _) | (Open::Existing, true) => {
                 let (v, created) = key.value_or_create::<Stored<RwLock>>(Stored::default)?;
                 if created {
                     state::count_key(1);
                 }
                 Some(v)
             }
-            Open::Existing => key.value::<Stored<RwLock>>()?,
+            (Open::Existing, false) => key.value::<Stored<RwLock>>()?,
         };
-        before.push(v.map_or(0, |v| {
+        before.push(v.as_ref().map_or(0, |v| v.core.lock().holder_count()));
+        lobbies.push(v.and_then(|v| {
             ensure_slot(v, db, name);
-            v.core.lock().holder_count()
+            lobby.and_then(|l| join::<RwLock>(v, l))
         }));
     }
     let (now, round_up) = clock::now();
@@ -284,10 +293,13 @@ pub fn decide_many<T>(
         grants: if held { Grants::Held } else { Grants::Open },
     };
     let mut pre: Vec<Changes> = Vec::with_capacity(values.len());
-    for (v, ids) in values.iter_mut().zip(cancels) {
+    for ((v, ids), from) in values.iter_mut().zip(cancels).zip(lobbies) {
         let mut c = Changes::default();
         for id in ids {
             c.append(v.core.cancel(id, &mut env).0);
+        }
+        if let Some(from) = from {
+            c.append(v.core.merge(from, &mut env));
         }
         pre.push(c);
     }

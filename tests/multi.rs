@@ -643,7 +643,7 @@ fn a_multi_key_request_waits_in_the_lobby_and_is_granted_when_grants_open() {
     let s = Server::with(debug_opts());
     let mut c = sock(&s);
     assert_eq!(
-        c.cmd(&["CONFIG", "SET", "lease.quarantine", "1500"])
+        c.cmd(&["CONFIG", "SET", "lease.quarantine", "4000"])
             .bytes(),
         b"OK"
     );
@@ -656,7 +656,10 @@ fn a_multi_key_request_waits_in_the_lobby_and_is_granted_when_grants_open() {
             .and_then(|v| v.trim().parse::<i64>().ok())
             .unwrap_or(0)
     };
-    assert!(quarantine(&mut c) > 500, "no quarantine after DEBUG RELOAD");
+    assert!(
+        quarantine(&mut c) > 2000,
+        "no quarantine after DEBUG RELOAD"
+    );
     let started = Instant::now();
     let mut m = sock(&s);
     m.send(&[
@@ -665,24 +668,26 @@ fn a_multi_key_request_waits_in_the_lobby_and_is_granted_when_grants_open() {
         b"qa",
         b"qb",
         b"m",
-        b"1000",
+        b"4000",
         b"WAIT",
         b"10000",
     ]);
     parked(&mut m);
     let mut single = sock(&s);
-    single.send(&[b"RWLOCK.WLOCK", b"qb", b"s", b"1000", b"WAIT", b"10000"]);
+    single.send(&[b"RWLOCK.WLOCK", b"qb", b"s", b"4000", b"WAIT", b"10000"]);
     parked(&mut single);
     // Another kind on one of its names: WRONGTYPE, as with the key present.
     let other = c.cmd(&["LEADER.CAMPAIGN", "qa", "x", "1000", "WAIT", "100"]);
     assert!(other.err().starts_with("WRONGTYPE"), "{other:?}");
-    let got = m.reply_within(Duration::from_secs(8), "the multi-key request");
+    let got = m.reply_within(Duration::from_secs(12), "the multi-key request");
     assert!(
-        started.elapsed() >= Duration::from_millis(900),
+        started.elapsed() >= Duration::from_millis(2500),
         "granted during the quarantine"
     );
     let t = tokens(&got);
     assert_eq!(t.len(), 2, "{got:?}");
+    // Granted on both keys for real (it was answered tokens for a key it did not hold, and
+    // the single-key request was then granted beside it, about 1 run in 20).
     assert_eq!(holders(&mut c, "qa"), vec!["m"]);
     assert_eq!(holders(&mut c, "qb"), vec!["m"]);
     // The single-key request behind it still waits, and is served when m lets go.

@@ -342,8 +342,10 @@ async fn an_unreplicated_acquisition_ends_by_the_callers_deadline() {
             matches!(err, redis_lease_client::Error::NotReplicated { .. }),
             "{err:?}"
         );
+        // Some slack for a loaded machine (it ended 516 ms past it before the fix; 101 ms
+        // was seen with other suites running beside it).
         assert!(
-            took <= wait + Duration::from_millis(100),
+            took <= wait + Duration::from_millis(300),
             "NotReplicated {:?} past the deadline",
             took.saturating_sub(wait)
         );

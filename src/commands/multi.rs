@@ -257,6 +257,12 @@ fn try_grant(ctx: &Ctx, id: u64, g: &Group) {
         own: false,
     };
     let ready = decide_many(keys, Open::Existing, origin, |values, env| {
+        if values.iter().any(|v| v.slot.is_none()) {
+            // A key that is gone (with no lobby to become it): nothing is granted on a key
+            // that does not exist. Its waiters were answered as it went.
+            let none = values.iter().map(|_| Changes::default()).collect();
+            return (none, Ready::NotYet);
+        }
         let mut locks: Vec<&mut RwLock> = values.iter_mut().map(|v| &mut v.core).collect();
         grant_ready(&mut locks, &req, env)
     });

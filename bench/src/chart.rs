@@ -1,14 +1,19 @@
-//! The chart: twelve panels of grouped bars drawn from the result rows, one bar per contender,
-//! as plain SVG. A contender that cannot run a case gets "n/a" where its bar would be; a lower
-//! bound (a waiter never served) is drawn pale with "≥".
+//! The chart: fourteen panels of grouped bars drawn from the result rows, one bar per contender
+//! (and per variant of one, as "module 2 WLOCKs", in a lighter shade of its colour), as plain
+//! SVG. A contender that cannot run a case gets "n/a" where its bar would be; a lower bound (a
+//! waiter never served) is drawn pale with "≥".
 
 use std::fmt::Write as _;
 
 use crate::contender::Contender;
-use crate::report::{fmt_num, Row, Val};
+use crate::report::{columns, fmt_num, Row, Val};
 
 const COLORS: [&str; 7] = [
     "#999999", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+];
+/// The same, lighter: a variant of the contender.
+const LIGHT: [&str; 7] = [
+    "#c7c7c7", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
 ];
 const W: f64 = 1400.0;
 const PANEL_H: f64 = 330.0;
@@ -48,6 +53,27 @@ fn semaphore_label(case: &str) -> String {
     }
 }
 
+/// A column's colour: its contender's, lighter for a variant of it.
+fn color(name: &str) -> &'static str {
+    let names = Contender::names();
+    match names.iter().position(|n| *n == name) {
+        Some(i) => COLORS[i],
+        None => names
+            .iter()
+            .position(|n| name.strip_prefix(n).is_some_and(|t| t.starts_with(' ')))
+            .map_or("#17becf", |i| LIGHT[i]),
+    }
+}
+
+/// "8 workers, 16 accounts" -> "8w 16a".
+fn transfer_label(case: &str) -> String {
+    let n: Vec<&str> = case.split(' ').collect();
+    match (n.first(), n.get(2)) {
+        (Some(w), Some(a)) => format!("{w}w {a}a"),
+        _ => case.to_string(),
+    }
+}
+
 /// The number after the last "= " of a target ("<= N x (hold + 1 ms) = 40 ms" -> 40).
 fn target_number(r: &Row) -> Option<f64> {
     r.target
@@ -56,7 +82,7 @@ fn target_number(r: &Row) -> Option<f64> {
         .and_then(|t| t.trim_end_matches(" ms").parse().ok())
 }
 
-const PANELS: [Panel; 12] = [
+const PANELS: [Panel; 14] = [
     Panel {
         title: "1a uncontended, pipelined: pairs/s",
         pick: |r| pick("1a", "pairs/s", r).then(|| r.case.clone()),
@@ -165,6 +191,20 @@ const PANELS: [Panel; 12] = [
         log: false,
         target: |_| None,
     },
+    Panel {
+        title: "8 transfers: wait p99 by workers (w) and accounts (a), whisker to max (ms, log)",
+        pick: |r| pick("8", "wait p99", r).then(|| transfer_label(&r.case)),
+        whisker: Some("wait max"),
+        log: true,
+        target: target_number,
+    },
+    Panel {
+        title: "8 transfers: transfers/s by workers (w) and accounts (a)",
+        pick: |r| pick("8", "transfers/s", r).then(|| transfer_label(&r.case)),
+        whisker: None,
+        log: false,
+        target: |_| None,
+    },
 ];
 
 /// "10000 parked over 100 keys (100 per key)" -> "10000 / 100 keys".
@@ -178,7 +218,7 @@ fn growth_label(case: &str) -> String {
 
 /// The whole chart.
 pub fn svg(rows: &[Row], about: &[String]) -> String {
-    let names = Contender::names();
+    let names = columns(rows, &Contender::names());
     let h = TOP + PANELS.len().div_ceil(2) as f64 * PANEL_H + 20.0;
     let mut s = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
@@ -194,12 +234,13 @@ pub fn svg(rows: &[Row], about: &[String]) -> String {
             .join("; "))
     );
     let mut x = 20.0;
-    for (i, n) in names.iter().enumerate() {
+    for n in &names {
         let _ = write!(
             s,
-            r#"<rect x="{x}" y="62" width="14" height="14" fill="{}"/><text x="{}" y="74">{n}</text>"#,
-            COLORS[i],
-            x + 18.0
+            r#"<rect x="{x}" y="62" width="14" height="14" fill="{}"/><text x="{}" y="74">{}</text>"#,
+            color(n),
+            x + 18.0,
+            esc(n)
         );
         x += 30.0 + 7.5 * n.len() as f64;
     }
@@ -227,7 +268,7 @@ pub fn svg(rows: &[Row], about: &[String]) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f64) {
-    let names = Contender::names();
+    let names = columns(rows, &Contender::names());
     let groups: Vec<(String, &Row)> = rows
         .iter()
         .filter_map(|r| (p.pick)(r).map(|l| (l, r)))
@@ -236,7 +277,7 @@ fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f
         .filter(|&i| {
             groups
                 .iter()
-                .any(|(_, r)| r.vals.iter().any(|(w, _)| w == names[i]))
+                .any(|(_, r)| r.vals.iter().any(|(w, _)| *w == names[i]))
         })
         .collect();
     let whisker = |r: &Row, who: &str| -> Option<f64> {
@@ -249,8 +290,8 @@ fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f
     let mut vals: Vec<f64> = Vec::new();
     for (_, r) in &groups {
         for &i in &series {
-            vals.extend(r.get(names[i]).num());
-            vals.extend(whisker(r, names[i]));
+            vals.extend(r.get(&names[i]).num());
+            vals.extend(whisker(r, &names[i]));
         }
         vals.extend((p.target)(r));
     }
@@ -328,7 +369,7 @@ fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f
         );
         for (k, &i) in series.iter().enumerate() {
             let bx = gx + k as f64 * bw;
-            let v = r.get(names[i]);
+            let v = r.get(&names[i]);
             match v.num() {
                 Some(n) => {
                     let by = y(n);
@@ -338,9 +379,9 @@ fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f
                         r#"<rect x="{bx:.1}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{}" fill-opacity="{}"><title>{}: {}</title></rect>"#,
                         bw * 0.9,
                         (b - by).max(0.5),
-                        COLORS[i],
+                        color(&names[i]),
                         if pale { 0.35 } else { 1.0 },
-                        names[i],
+                        esc(&names[i]),
                         esc(&v.render(&r.unit))
                     );
                     let _ = write!(
@@ -351,7 +392,7 @@ fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f
                         if pale { "≥" } else { "" },
                         fmt_num(n)
                     );
-                    if let Some(wv) = whisker(r, names[i]) {
+                    if let Some(wv) = whisker(r, &names[i]) {
                         let _ = write!(
                             s,
                             r##"<line x1="{0:.1}" y1="{1:.1}" x2="{0:.1}" y2="{2:.1}" stroke="#222"/>"##,
@@ -368,7 +409,7 @@ fn panel(s: &mut String, p: &Panel, rows: &[Row], x0: f64, y0: f64, w: f64, h: f
                         r#"<text x="{:.1}" y="{:.1}" font-size="9" fill="{}" transform="rotate(-90 {:.1} {:.1})">{}</text>"#,
                         bx + bw * 0.6,
                         b - 3.0,
-                        COLORS[i],
+                        color(&names[i]),
                         bx + bw * 0.6,
                         b - 3.0,
                         if matches!(v, Val::Cannot(_)) {
@@ -410,5 +451,13 @@ mod tests {
             ..Row::default()
         };
         assert_eq!(target_number(&r), Some(48.0));
+    }
+
+    #[test]
+    fn transfers_are_labelled_and_a_variant_is_its_contenders_lighter_colour() {
+        assert_eq!(transfer_label("32 workers, 4 accounts"), "32w 4a");
+        assert_eq!(color("module"), COLORS[1]);
+        assert_eq!(color("module 2 WLOCKs"), LIGHT[1]);
+        assert_eq!(color("someone else"), "#17becf");
     }
 }

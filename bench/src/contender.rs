@@ -21,6 +21,9 @@
 //! `Mode::Semaphore` (the module's `SEMAPHORE.*`, the seed's semaphore scripts) is the
 //! semaphore scenario's mode; the worker loop and the scenarios' statistics do not depend on
 //! the mode. No library peer has a semaphore (the driver has none).
+//!
+//! `Several` is how a client takes two keys at once for the transfers scenario: the module's
+//! `RWLOCK.MLOCK`, or single write locks in sorted key order (module or seed).
 
 use std::time::{Duration, Instant};
 
@@ -185,6 +188,18 @@ impl Mode {
             Mode::Semaphore { .. } => "semaphore",
         }
     }
+}
+
+/// How a client takes several keys at once (scenario 8), each in write mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Several {
+    /// One `RWLOCK.MLOCK numkeys key... owner ttl WAIT ms` (the module): all or nothing,
+    /// queued on every key under one arrival order; released with one `RWLOCK.MUNLOCK`.
+    Mlock,
+    /// One write lock per key, taken in sorted key order (the usual client-side way to avoid
+    /// a deadlock), each waiting to the same deadline; what was taken is given back when a
+    /// later key is not granted in time. Released one by one.
+    InOrder,
 }
 
 /// The seed design's scripts. A reader takes a hold when the write-lock key does not exist
@@ -569,6 +584,98 @@ impl Client {
                     _ => redis::cmd("DEL").arg(key).query_async(conn).await?,
                 };
                 Ok(n >= 1)
+            }
+        }
+    }
+
+    /// Takes every one of `keys` for writing, the way `how` says, waiting until `deadline` at
+    /// the latest; `Ok(false)` (nothing held) if not all were granted.
+    pub async fn acquire_all(
+        &mut self,
+        how: Several,
+        keys: &[String],
+        owner: &str,
+        ttl_ms: u64,
+        deadline: Instant,
+    ) -> BenchResult<bool> {
+        match (how, &mut *self) {
+            (
+                Several::Mlock,
+                Client::Raw {
+                    c: Contender::Module,
+                    conn,
+                    ..
+                },
+            ) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let wait_ms = left.as_millis() as u64;
+                let mut cmd = redis::cmd("RWLOCK.MLOCK");
+                cmd.arg(keys.len()).arg(keys).arg(owner).arg(ttl_ms);
+                if wait_ms > 0 {
+                    cmd.arg("WAIT").arg(wait_ms);
+                }
+                let bound = left + Duration::from_secs(5);
+                let tokens: Option<Vec<i64>> = tokio::time::timeout(bound, cmd.query_async(conn))
+                    .await
+                    .map_err(|_| {
+                        format!("RWLOCK.MLOCK WAIT {wait_ms} gave no answer in {bound:?}")
+                    })??;
+                Ok(tokens.is_some_and(|t| t.len() == keys.len()))
+            }
+            (Several::Mlock, _) => Err("only the module has a multi-key lock".into()),
+            // rslock keeps one lock per client.
+            (Several::InOrder, Client::Rslock { .. }) => Err("rslock: one key per client".into()),
+            (Several::InOrder, _) => {
+                let mut sorted: Vec<&String> = keys.iter().collect();
+                sorted.sort();
+                for (i, k) in sorted.iter().enumerate() {
+                    if !self
+                        .acquire(Mode::Write, k, owner, ttl_ms, deadline)
+                        .await?
+                    {
+                        for taken in sorted[..i].iter().rev() {
+                            self.release(Mode::Write, taken, owner, ttl_ms).await?;
+                        }
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Gives back what `acquire_all` took. `Ok(true)` if every key was released.
+    pub async fn release_all(
+        &mut self,
+        how: Several,
+        keys: &[String],
+        owner: &str,
+        ttl_ms: u64,
+    ) -> BenchResult<bool> {
+        match (how, &mut *self) {
+            (
+                Several::Mlock,
+                Client::Raw {
+                    c: Contender::Module,
+                    conn,
+                    ..
+                },
+            ) => {
+                let n: usize = redis::cmd("RWLOCK.MUNLOCK")
+                    .arg(keys.len())
+                    .arg(keys)
+                    .arg(owner)
+                    .query_async(conn)
+                    .await?;
+                Ok(n == keys.len())
+            }
+            (Several::Mlock, _) => Err("only the module has a multi-key lock".into()),
+            (Several::InOrder, _) => {
+                let mut all = true;
+                for k in keys {
+                    all &= self.release(Mode::Write, k, owner, ttl_ms).await?;
+                }
+                Ok(all)
             }
         }
     }

@@ -24,6 +24,7 @@ pub mod s4_lapse;
 pub mod s5_scale;
 pub mod s6_semaphore;
 pub mod s7_growth;
+pub mod s8_transfers;
 pub mod waiting;
 pub mod worker;
 
@@ -53,7 +54,7 @@ pub enum Mode {
 pub struct Config {
     pub out: PathBuf,
     pub mode: Mode,
-    /// Scenario numbers to run (1..=6); empty = all.
+    /// Scenario numbers to run (1..=8); empty = all.
     pub only: Vec<u32>,
     /// Other servers to run scenarios 1a, 2, 5 and 7 on as well: (label, binary).
     pub servers: Vec<(String, PathBuf)>,
@@ -122,6 +123,12 @@ pub struct Settings {
     pub s7_lapses: usize,
     /// How many parked requests the open-files limit allows.
     pub s7_room: usize,
+    pub s8_workers: Vec<usize>,
+    /// Accounts to move value between (each case runs every worker count with every size).
+    pub s8_accounts: Vec<usize>,
+    pub s8_secs: f64,
+    pub s8_grace: Duration,
+    pub s8_max_transfers: u64,
 }
 
 impl Settings {
@@ -165,6 +172,11 @@ impl Settings {
             s7_handoffs: 200,
             s7_lapses: 100_000,
             s7_room: usize::MAX,
+            s8_workers: vec![8, 32],
+            s8_accounts: vec![16, 4],
+            s8_secs: 3.0,
+            s8_grace: Duration::from_secs(3),
+            s8_max_transfers: 1_000_000,
         };
         match mode {
             Mode::Smoke => Settings {
@@ -196,6 +208,12 @@ impl Settings {
                 s7_parked: vec![(100, 10), (200, 200)],
                 s7_handoffs: 10,
                 s7_lapses: 2000,
+                // The contended case only: where a lock that let two in would lose updates.
+                s8_workers: vec![8],
+                s8_accounts: vec![4],
+                s8_secs: 0.2,
+                s8_grace: Duration::from_millis(600),
+                s8_max_transfers: 5000,
                 ..full
             },
             Mode::Full { scale } => {
@@ -211,6 +229,7 @@ impl Settings {
                     s4_trials: n(10),
                     s5_secs: full.s5_secs * s,
                     s6_secs: full.s6_secs * s,
+                    s8_secs: full.s8_secs * s,
                     ..full
                 }
             }
@@ -223,7 +242,8 @@ impl Settings {
              {:.2} s per run, {} rounds; 2: writers {:?}, hold {:?}, window {:.2} s; 3: {} readers, hold {:?}, {} \
              trials, bound {:?}; 4: ttl {:?}, {} trials; 5: readers {:?}, waiters {:?}, {} locks \
              for memory; 6: workers {:?}, limit {}, permits {:?} in turn, hold {:?}, window {:.2} s; \
-             7: held {:?}, parked (requests, keys) {:?}, {} lapses",
+             7: held {:?}, parked (requests, keys) {:?}, {} lapses; 8: workers {:?}, accounts {:?}, \
+             window {:.2} s",
             self.s1_conns,
             self.s1_pipeline_pairs,
             self.s1_secs,
@@ -250,7 +270,10 @@ impl Settings {
             self.s6_secs,
             self.s7_held,
             self.s7_parked,
-            self.s7_lapses
+            self.s7_lapses,
+            self.s8_workers,
+            self.s8_accounts,
+            self.s8_secs
         )
     }
 }
@@ -442,7 +465,8 @@ fn scenario(rt: &tokio::runtime::Runtime, ctx: &Ctx, st: &Settings, n: u32, all:
         4 => rt.block_on(s4_lapse::run(ctx, st)),
         5 => rt.block_on(s5_scale::run(ctx, st)),
         6 => rt.block_on(s6_semaphore::run(ctx, st)),
-        _ => rt.block_on(s7_growth::run(ctx, st)),
+        7 => rt.block_on(s7_growth::run(ctx, st)),
+        _ => rt.block_on(s8_transfers::run(ctx, st)),
     }));
     r.unwrap_or_else(|_| {
         vec![Row::new(&n.to_string(), "scenario failed", "-", "")
@@ -514,7 +538,7 @@ fn per_server(rows: &[Row], default: &str) -> Vec<Row> {
                 Some((label, _)) => label,
                 None => default,
             };
-            Row::new("8 per server: module vs floor in 1a", server, &r.case, "x")
+            Row::new("9 per server: module vs floor in 1a", server, &r.case, "x")
                 .val("module", r.get("module").clone())
         })
         .collect()
@@ -567,7 +591,7 @@ pub fn run(cfg: &Config) -> BenchResult<Report> {
     let mut rows = Vec::new();
     let mut loads = Vec::new();
     let mut max_share: f64 = 0.0;
-    for n in 1..=7u32 {
+    for n in 1..=8u32 {
         if !(cfg.only.is_empty() || cfg.only.contains(&n)) {
             continue;
         }

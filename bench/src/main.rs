@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use redis_lease_bench::{run, Config, Mode};
 
-const USAGE: &str = "usage: redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,3,4,5,6,7] [--servers LIST] [--wait-idle SECS]
+const USAGE: &str = "usage: redis-lease-bench [--out DIR] [--smoke | --quick | --scale X] [--only 1,2,3,4,5,6,7,8] [--servers LIST] [--wait-idle SECS]
 
   --out DIR    where to write results.csv, results.md, chart.svg (default bench/out)
   --smoke      a few operations per scenario and contender (what the smoke test runs)
   --quick      every scenario with 0.3 of the durations and trial counts
   --scale X    multiply the full mode's durations and trial counts by X (1 = full)
-  --only LIST  run only these scenarios (comma-separated numbers 1-7)
+  --only LIST  run only these scenarios (comma-separated numbers 1-8)
   --servers LIST  also run scenarios 1a, 2, 5 and 7 on these servers: redis8 (Redis 8.2.3),
                valkey (Valkey 9.1.2), or none (default: both, but none with --smoke)
   --wait-idle SECS  first wait (at most SECS) until other processes use < 10% of the CPUs";
@@ -47,8 +47,8 @@ fn parse(args: &[String]) -> Result<Config, String> {
                 cfg.only = v
                     .split(',')
                     .map(|x| match x.trim().parse::<u32>() {
-                        Ok(n) if (1..=7).contains(&n) => Ok(n),
-                        _ => Err(format!("--only {v}: scenarios are 1 to 7")),
+                        Ok(n) if (1..=8).contains(&n) => Ok(n),
+                        _ => Err(format!("--only {v}: scenarios are 1 to 8")),
                     })
                     .collect::<Result<_, _>>()?;
             }

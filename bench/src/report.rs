@@ -92,6 +92,23 @@ pub fn fmt_num(x: f64) -> String {
     }
 }
 
+/// What names a table's column: a contender, or a variant of one (e.g. "module 2 WLOCKs").
+pub trait Column {
+    fn column(&self) -> &str;
+}
+
+impl Column for crate::contender::Contender {
+    fn column(&self) -> &str {
+        self.name()
+    }
+}
+
+impl Column for &str {
+    fn column(&self) -> &str {
+        self
+    }
+}
+
 /// One metric of one case, for every contender that ran it.
 #[derive(Clone, Debug, Default)]
 pub struct Row {
@@ -200,7 +217,34 @@ pub fn csv(rows: &[Row]) -> String {
     out
 }
 
-/// One markdown table per scenario, a column per contender that appears in it (in `order`).
+/// The columns that appear in `rows`, in `order`, each followed by its variants (a name that
+/// starts with it and a space, as "module 2 WLOCKs" after "module"), then any other name:
+/// no value is left out of a table.
+pub fn columns<'a>(rows: impl IntoIterator<Item = &'a Row>, order: &[&str]) -> Vec<String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for (w, _) in rows.into_iter().flat_map(|r| &r.vals) {
+        if !seen.contains(&w.as_str()) {
+            seen.push(w);
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    for base in order {
+        let variant = |w: &&&str| w.strip_prefix(base).is_some_and(|t| t.starts_with(' '));
+        if seen.contains(base) {
+            out.push(base.to_string());
+        }
+        out.extend(seen.iter().filter(variant).map(|w| w.to_string()));
+    }
+    let rest: Vec<String> = seen
+        .iter()
+        .filter(|w| !out.iter().any(|o| o == *w))
+        .map(|w| w.to_string())
+        .collect();
+    out.extend(rest);
+    out
+}
+
+/// One markdown table per scenario, a column per contender that appears in it (`columns`).
 /// A judged value is followed by ✓ or ✗.
 pub fn markdown(rows: &[Row], order: &[&str]) -> String {
     let mut out = String::new();
@@ -212,11 +256,7 @@ pub fn markdown(rows: &[Row], order: &[&str]) -> String {
     }
     for sc in scenarios {
         let rs: Vec<&Row> = rows.iter().filter(|r| r.scenario == sc).collect();
-        let who: Vec<&str> = order
-            .iter()
-            .copied()
-            .filter(|w| rs.iter().any(|r| r.vals.iter().any(|(x, _)| x == w)))
-            .collect();
+        let who = columns(rs.iter().copied(), order);
         let _ = writeln!(out, "\n### {sc}\n");
         let _ = writeln!(
             out,
@@ -228,6 +268,7 @@ pub fn markdown(rows: &[Row], order: &[&str]) -> String {
             let cells: Vec<String> = who
                 .iter()
                 .map(|w| {
+                    let w = w.as_str();
                     let mark = match r.met_by(w) {
                         Some(true) => " ✓",
                         Some(false) => " ✗",
@@ -291,5 +332,16 @@ mod tests {
         let md = markdown(&[r], &["module", "seed", "rslock", "redis-py"]);
         assert!(md.contains("| case | metric | module | seed | redis-py | target | note |"));
         assert!(md.contains("| 1.00 ms ✓ | 5.00 ms ✗ | cannot: no read mode |"));
+        // A variant goes right after its contender; a name not in the order goes last.
+        let v = Row::new("s", "c", "m", "")
+            .val("other", Val::Num(1.0))
+            .val("seed", Val::Num(1.0))
+            .val("module 2 WLOCKs", Val::Num(1.0))
+            .val("module", Val::Num(1.0))
+            .val("modules", Val::Num(1.0));
+        assert_eq!(
+            columns(&[v], &["module", "seed"]),
+            ["module", "module 2 WLOCKs", "seed", "other", "modules"]
+        );
     }
 }

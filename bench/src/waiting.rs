@@ -9,8 +9,7 @@
 //! worker's long wait weighs what it cost), and per worker (the share of the window it spent
 //! waiting: about (N-1)/N for every worker of a fair lock, 1 for a starved one).
 
-use crate::contender::Contender;
-use crate::report::{percentile, Row, Val};
+use crate::report::{percentile, Column, Row, Val};
 use crate::worker::Report;
 
 /// One wait in ms, and whether it was still open at the window's end (a lower bound).
@@ -102,11 +101,11 @@ impl Censored {
     }
 }
 
-/// The waiting rows of a contended case, one column per contender: per request p50 / p99 (its
-/// target `limit` ms, what a FIFO lock would give) / max, p99 by time spent waiting, and the
-/// fewest / most of the window one worker spent waiting.
-pub fn rows<R>(
-    res: &[(Contender, R)],
+/// The waiting rows of a contended case, one column per contender (or variant of one): per
+/// request p50 / p99 (its target `limit` ms, what a FIFO lock would give) / max, p99 by time
+/// spent waiting, and the fewest / most of the window one worker spent waiting.
+pub fn rows<C: Column, R>(
+    res: &[(C, R)],
     scenario: &str,
     case: &str,
     limit: f64,
@@ -115,7 +114,7 @@ pub fn rows<R>(
     let row = |metric: &str, unit: &str, f: &dyn Fn(&Censored) -> Val| {
         res.iter()
             .fold(Row::new(scenario, case, metric, unit), |r, (c, o)| {
-                r.val(c.name(), waits(o).map_or_else(|e| e, f))
+                r.val(c.column(), waits(o).map_or_else(|e| e, f))
             })
     };
     let target = format!("<= N x (hold + 1 ms) = {limit} ms");

@@ -2,8 +2,8 @@
 //! redis-server with the module on 127.0.0.1, the Python peers from the bench's venv) and
 //! checks that every scenario has a figure for every contender that can run it and a
 //! "cannot" for the ones that cannot, that no figure is an error, that targets are judged,
-//! that no semaphore ever had more permits held than its limit, and that the three output
-//! files are written.
+//! that no semaphore ever had more permits held than its limit, that no transfer lost an
+//! update, and that the three output files are written.
 
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ fn smoke_run_measures_every_contender_in_every_scenario_it_supports() {
     let cannot = |n: &'static str, who: Contender| {
         in_scenario(n).any(|r| matches!(r.get(who.name()), Val::Cannot(_)))
     };
-    for n in ["1a", "1b", "2", "3", "4", "5", "6"] {
+    for n in ["1a", "1b", "2", "3", "4", "5", "6", "8"] {
         assert!(in_scenario(n).count() > 0, "scenario {n} missing");
         // 1b is information: the client's language sets its pace.
         assert!(
@@ -106,6 +106,18 @@ fn smoke_run_measures_every_contender_in_every_scenario_it_supports() {
             "{} held more than the limit",
             c.name()
         );
+    }
+    // Transfers: every way of taking two accounts moved some, and none lost an update.
+    let lost = in_scenario("8")
+        .find(|r| r.metric == "lost updates")
+        .expect("scenario 8 reports lost updates");
+    let moved = in_scenario("8")
+        .find(|r| r.metric == "transfers/s")
+        .expect("scenario 8 reports transfers/s");
+    for w in ["module", "module 2 WLOCKs", "seed"] {
+        assert_eq!(lost.get(w), &Val::Num(0.0), "{w} lost updates");
+        assert_eq!(lost.met_by(w), Some(true), "{w}");
+        assert!(moved.get(w).num().is_some(), "{w}: {:?}", moved.get(w));
     }
     assert!(measured("1a", Contender::Floor) && measured("1a", Contender::Seed));
     // Every in-process and Python contender's server-side cost is measured.

@@ -21,6 +21,9 @@ use crate::value::Stored;
 use crate::wire::Word;
 use crate::{holdback, schedule, state, waiters};
 
+/// Per-key values of a multi-key request, inline for up to four keys.
+type Few<T> = smallvec::SmallVec<[T; 4]>;
+
 /// Who decided the changes.
 #[derive(Clone, Copy)]
 pub enum Origin<'a> {
@@ -223,9 +226,10 @@ pub fn decide_many<T>(
             return Err(WrongType);
         }
     }
-    let mut before = Vec::with_capacity(keys.len());
-    let mut places: Vec<(i32, &[u8])> = Vec::with_capacity(keys.len());
-    let mut lobbies: Vec<Option<Lock>> = Vec::with_capacity(keys.len());
+    // On the stack for up to four keys (what most requests name): no allocation of ours.
+    let mut before: Few<usize> = Few::new();
+    let mut places: Few<(i32, &[u8])> = Few::new();
+    let mut lobbies: Few<Option<Lock>> = Few::new();
     for key in &mut keys {
         let (db, name) = (key.db(), key.name_bytes());
         places.push((db, name));
@@ -247,19 +251,19 @@ pub fn decide_many<T>(
         }));
     }
     let (now, round_up) = clock::now();
-    let mut spare: Vec<Stored<RwLock>> = (0..keys.len()).map(|_| Stored::default()).collect();
-    let mut values: Vec<&mut Stored<RwLock>> = Vec::with_capacity(keys.len());
+    let mut spare: Few<Stored<RwLock>> = (0..keys.len()).map(|_| Stored::default()).collect();
+    let mut values: Few<&mut Stored<RwLock>> = Few::new();
     for (key, s) in keys.iter_mut().zip(spare.iter_mut()) {
         match key.value::<Stored<RwLock>>() {
             Ok(Some(v)) => values.push(v),
             _ => values.push(s),
         }
     }
-    let slots: Vec<Slot> = values.iter().map(|v| v.slot).collect();
+    let slots: Few<Slot> = values.iter().map(|v| v.slot).collect();
     let (mut tokens, mut quiet, cancels, suspect) = state::with(move |s| {
         let suspect = holdback::suspect(s, now);
         let quiet = s.quarantine_until == 0 && s.evicted.is_empty();
-        let cancels: Vec<Vec<u64>> = slots
+        let cancels: Few<Vec<u64>> = slots
             .iter()
             .map(|sl| {
                 if sl.is_none() {
@@ -292,7 +296,7 @@ pub fn decide_many<T>(
         alive: &alive,
         grants: if held { Grants::Held } else { Grants::Open },
     };
-    let mut pre: Vec<Changes> = Vec::with_capacity(values.len());
+    let mut pre: Few<Changes> = Few::new();
     for ((v, ids), from) in values.iter_mut().zip(cancels).zip(lobbies) {
         let mut c = Changes::default();
         for id in ids {
@@ -501,12 +505,13 @@ where
     }
     waiters::answer_changes(changes);
     if !changes.ready.is_empty() {
-        // Multi-key requests at the head here: granted by the entry point's `groups::drain`,
-        // or by the timer, armed for now in case this entry point does not drain.
+        // Multi-key requests at the head here: granted by the entry point's `multi::drain`
+        // (commands and the timer drain before they return), or, where an entry point does
+        // not (a server event, a load), by the timer that the next turn of the event loop
+        // arms when it finds some still pending (`events::turn`).
         let ready = &changes.ready;
         state::with(move |s| s.waiters.push_ready(ready));
         state::set_ready(true);
-        schedule::arm(clock::now_ms());
     }
     settle::<K>(key);
 }

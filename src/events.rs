@@ -60,6 +60,12 @@ fn turn(_ctx: &Ctx) {
     if schedule::wall_stepped(now_ms(), now) {
         waiters::look_again();
     }
+    if state::ready_pending() {
+        // Multi-key requests reported ready by a path that does not drain (a server event, a
+        // load): the timer grants them (one load here; commands and the timer drain before
+        // they return, so nothing is pending in the common case).
+        schedule::arm(now_ms());
+    }
 }
 
 /// A child was forked. If it rewrites the AOF while no lock key exists, the rewritten file

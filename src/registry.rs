@@ -3,6 +3,10 @@
 
 use std::collections::HashMap;
 
+/// The registry's maps: foldhash, seeded per process (owner ids are the clients' choice), at a
+/// fraction of SipHash's cost: every grant and hand-off looks waiters up here.
+type Map<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
+
 use redis_lease_core::{Id, Mode, Ms, Waiter};
 
 use crate::index::Slot;
@@ -48,17 +52,17 @@ pub struct Orphans {
 #[derive(Debug, Default)]
 pub struct Registry {
     next_id: u64,
-    by_id: HashMap<u64, Rec>,
-    by_client: HashMap<Client, u64>,
+    by_id: Map<u64, Rec>,
+    by_client: Map<Client, u64>,
     /// The waiting ids of each owner (for the wait-for graph).
-    by_owner: HashMap<Id, Vec<u64>>,
+    by_owner: Map<Id, Vec<u64>>,
     /// Waiters that left (disconnected) but are still in their key's queue: taken out the
     /// next time the key is touched where replication is allowed.
     cancels: Vec<(Slot, u64)>,
     /// Waiters of keys that were just deleted, flushed or evicted.
     orphans: Vec<Orphans>,
     /// The parked multi-key requests, by waiter id.
-    groups: HashMap<u64, Group>,
+    groups: Map<u64, Group>,
     /// Multi-key requests a key reported ready (see `groups::drain`).
     ready: Vec<u64>,
 }

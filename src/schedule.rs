@@ -106,6 +106,18 @@ pub fn place(slot: Slot) -> Option<(i32, Box<[u8]>)> {
     state::with(|s| s.index.place(slot).map(|p: Place| (p.db, p.name.into())))
 }
 
+/// Where `slot`'s key is: its db, and its name copied into `name` (no allocation for a short
+/// name).
+pub fn place_into(slot: Slot, name: &mut smallvec::SmallVec<[u8; 64]>) -> Option<i32> {
+    name.clear();
+    state::with(|s| {
+        s.index.place(slot).map(|p: Place| {
+            name.extend_from_slice(p.name);
+            p.db
+        })
+    })
+}
+
 /// The key moved (RENAME, MOVE).
 pub fn relocate(slot: Slot, db: i32, name: &[u8]) {
     state::with(|s| s.index.relocate(slot, db, name));

@@ -158,7 +158,9 @@ fn blockers(
 /// for this request.
 pub fn closes_cycle<G: Graph>(g: &G, owner: &Id, id: u64, keys: &[G::Key], now: Ms) -> bool {
     let alive = |id: u64| g.alive(id);
-    let mut visited: HashSet<Node> = HashSet::new();
+    // foldhash, not SipHash: the walk hashes every node it meets (ids clients chose, so a
+    // seeded hasher all the same).
+    let mut visited: HashSet<Node, foldhash::quality::RandomState> = HashSet::default();
     let target = Node::Owner(owner.clone());
     let start = Node::Request(id);
     let mut stack: Vec<Node> = Vec::new();

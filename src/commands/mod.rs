@@ -197,8 +197,7 @@ where
         let (mut changes, mut result) = op(&mut v.core, env, wait);
         if let (Ok(Acquire::Queued), Some(w)) = (result, wait) {
             // About to wait: refused if the wait would close a cycle of waits.
-            let place = (ctx.db(), Box::<[u8]>::from(args.bytes(1)));
-            let open = [(place, K::KIND, v.core.lock())];
+            let open = [(v.slot, K::KIND, v.core.lock())];
             if waitgraph::deadlocks(ctx, owner, w.id, &open, env.now) {
                 changes.append(v.core.cancel(w.id, env).0);
                 result = Err(LockError::Deadlock);

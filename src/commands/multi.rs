@@ -81,7 +81,6 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
         max_waiters: config::max_waiters(),
         max_hold: o.max_hold,
     };
-    let places: Vec<(i32, Box<[u8]>)> = names.iter().map(|n| (db, Box::from(n.bytes()))).collect();
     let keys = open_all(ctx, &names)?;
     let result = decide_many(
         keys,
@@ -93,10 +92,9 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
                 core_mlock(&mut locks, &req, env)
             };
             if let (Ok(MultiAcquire::Queued), Some(w)) = (&result, wait) {
-                let open: Vec<_> = places
+                let open: Vec<_> = values
                     .iter()
-                    .zip(values.iter())
-                    .map(|(p, v)| (p.clone(), Kind::RwLock, &v.core.0))
+                    .map(|v| (v.slot, Kind::RwLock, &v.core.0))
                     .collect();
                 let cycle = waitgraph::deadlocks(ctx, &owner, w.id, &open, env.now);
                 drop(open);
@@ -114,7 +112,7 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
                     waiters::park(ctx, w.id, &owner, first, more);
                     let g = Group {
                         db,
-                        names: places.iter().map(|(_, n)| n.clone()).collect(),
+                        names: names.iter().map(|n| Box::from(n.bytes())).collect(),
                         owner: owner.clone(),
                         mode,
                         ttl,

@@ -3,14 +3,31 @@ parsing, and the sans-I/O machines driven by a script with a fake clock."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from typing import Any, Callable, List, Optional
 
 import pytest
+import redis
+import redis.asyncio as aredis
 from redis import exceptions as rx
-from redis_lease import Deadlock, Fenced, LeaseTiming, LockGone, LossReason, RetryPolicy, Unavailable, protocol, replies
+from redis_lease import (
+    Connector,
+    Deadlock,
+    Fenced,
+    LeaseTiming,
+    LockGone,
+    LossReason,
+    RetryPolicy,
+    Unavailable,
+    protocol,
+    replies,
+)
+from redis_lease.asyncio import Connector as AsyncConnector
 from redis_lease.protocol import Acquisition, Call, Failed, Grant, Sleep
 from redis_lease.retry import Backoff, Transient, classify
-from redis_lease.routing import redirection
+from redis_lease.routing import master_switch, redirection
 from redis_lease.timing import seconds_to_ms, wait_ms
 
 
@@ -557,3 +574,72 @@ def test_a_clock_check_past_the_bound_at_the_cap_reports_max_hold() -> None:
     assert not st.lost.is_set()
     st.expire_if_due()  # before the watchdog's own report
     assert st.lost.is_set() and st.reason is LossReason.MAX_HOLD
+
+
+# -- Sentinel master switches --------------------------------------------------------------
+
+
+def test_a_switch_master_push_names_the_old_and_new_master_of_its_service_only() -> None:
+    push = [b"message", b"+switch-master", b"mymaster 10.0.0.1 6379 10.0.0.2 6380"]
+    assert master_switch("mymaster", push) == (("10.0.0.1", 6379), ("10.0.0.2", 6380))
+    assert master_switch("other", push) is None
+    assert master_switch("mymaster", push, force_ip="1.2.3.4") == (("1.2.3.4", 6379), ("1.2.3.4", 6380))
+    assert master_switch("mymaster", [b"subscribe", b"+switch-master", 1]) is None
+    assert master_switch("mymaster", [b"message", b"+switch-master", b"mymaster 10.0.0.1 x 10.0.0.2 6380"]) is None
+
+
+def test_a_master_switch_voids_replies_on_older_connections_and_refuses_the_old_master() -> None:
+    """No server: the connector's bookkeeping after Sentinel's ``+switch-master``."""
+    c = Connector(redis.Redis(host="10.0.0.1", port=6379))
+    before = c._take(None)  # made before the switch (never connected)
+    c._put(None, c._take(None))
+    assert len(c._idle[None]) == 1
+    wake = threading.Event()
+    c._wakes.add(wake)
+    c._switched(("10.0.0.1", 6379), ("10.0.0.2", 6380))
+    assert c._idle == {}, "idle connections are closed"
+    assert wake.is_set(), "watchdogs renew at once"
+    stale = c._stale(before)
+    assert isinstance(stale, Failed) and stale.sent, "its reply does not count: retried, as a lost reply"
+    assert c._stale(c._take(None)) is None, "a connection made after the switch counts"
+    old, new = c._take(None), c._take(None)
+    old.host, old.port, new.host, new.port = "10.0.0.1", 6379, "10.0.0.2", 6380
+    assert isinstance(c._refusal(old), rx.ConnectionError), "a sentinel that lags behind names the old one"
+    assert c._refusal(new) is None
+    epoch = c._epoch
+    c._switched(("10.0.0.1", 6379), ("10.0.0.2", 6380))  # the same failover, from another sentinel
+    assert c._epoch == epoch, "announced once per sentinel: counted once"
+    c._switched(("10.0.0.2", 6380), ("10.0.0.1", 6379))  # and back
+    assert c._refusal(old) is None and isinstance(c._refusal(new), rx.ConnectionError)
+    c._demoted[("10.0.0.2", 6380)] = time.monotonic() - 1
+    assert c._refusal(new) is None, "refused for a while only"
+
+
+def test_the_watchdog_waits_for_its_next_renewal_in_a_sleep_a_master_switch_may_end() -> None:
+    dog = protocol.watchdog(
+        ("RWLOCK.RENEW", "k", "o", 3000), TIMING, POLICY, 1.0, 1000.0, lambda b, r: None, now=lambda: 1000.0
+    )
+    assert next(dog) == Sleep(TIMING.renew_every, early=True)
+
+
+def test_the_drivers_end_an_early_sleep_when_woken_and_only_then() -> None:
+    def machine() -> protocol.Machine[str]:
+        yield Sleep(30.0, early=True)
+        yield Sleep(0.01)
+        return "renewed"
+
+    c = Connector(redis.Redis(host="10.0.0.1", port=6379))
+    wake = threading.Event()
+    threading.Timer(0.2, wake.set).start()
+    t = time.monotonic()
+    assert c.run(machine(), stop=threading.Event(), wake=wake) == "renewed"
+    assert time.monotonic() - t < 10, "woken, not after 30 s"
+    assert not wake.is_set(), "cleared for the next sleep"
+
+    async def main() -> str:
+        ac = AsyncConnector(aredis.Redis(host="10.0.0.1", port=6379))
+        awake = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.2, awake.set)
+        return await asyncio.wait_for(ac.run(machine(), stop=asyncio.Event(), wake=awake), 10)
+
+    assert asyncio.run(main()) == "renewed"

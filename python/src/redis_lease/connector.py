@@ -4,10 +4,13 @@ and the driver that runs the generators of :mod:`redis_lease.protocol` on them."
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple, TypeVar
+import weakref
+from typing import Any, Dict, List, Optional, Set, Tuple, TypeVar
 
 import redis
 from redis import exceptions as rx
@@ -16,15 +19,121 @@ from redis.crc import key_slot
 
 from .errors import LeaseError, typed_reply_error
 from .protocol import Call, Failed, Machine, Sleep
-from .routing import Address, keyspace_channel, redirection, tuned_kwargs
+from .routing import (
+    SWITCH_MASTER,
+    Address,
+    HostPort,
+    keyspace_channel,
+    master_switch,
+    redirection,
+    sentinel_pool,
+    subscriber_kwargs,
+    tuned_kwargs,
+)
 
 T = TypeVar("T")
+
+_log = logging.getLogger("redis_lease")
 
 #: How many idle connections per node are kept for reuse.
 MAX_IDLE = 8
 
+#: How long, in seconds, connections to a master that Sentinel replaced are refused (a sentinel
+#: that has not heard of the failover yet still names the old master for a moment).
+DEMOTED_FOR = 60.0
+
 # Where a client keeps its connector.
 _ATTR = "_redis_lease_connector"
+# Where a connection of ours keeps the connector's epoch (master switches seen) it was made in.
+_EPOCH = "_redis_lease_epoch"
+
+
+def interrupt(conn: Any) -> None:
+    """Ends the request another thread has in flight on ``conn``: its read sees the connection
+    closed. Only shuts the socket down: the thread that uses it disconnects it, so its
+    descriptor is never closed (and reused) under a blocked read."""
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class _SentinelWatch:
+    """Follows the sentinels' ``+switch-master`` for the service of a Sentinel-managed client
+    (``Sentinel(...).master_for(...)``): a daemon thread and a subscription of its own per
+    sentinel, each telling the connector of every failover of its master. It holds the
+    connector weakly, so it ends (within a second) when the connector is collected, and at
+    once when it is closed. It belongs to the process that started it (a forked child's
+    connector forgets it and starts its own)."""
+
+    def __init__(self, connector: "Connector", pool: Any) -> None:
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: List[Any] = []  # the live subscriptions (closed by close())
+        manager = pool.sentinel_manager
+        force_ip = getattr(manager, "_force_master_ip", None)
+        ref = weakref.ref(connector)
+        for s in list(manager.sentinels):
+            spool = s.connection_pool
+            name = f"redis-lease sentinel {spool.connection_kwargs.get('host')}:{spool.connection_kwargs.get('port')}"
+            args = (ref, spool, str(pool.service_name), force_ip, connector.command_timeout)
+            threading.Thread(target=self._follow, args=args, name=name, daemon=True).start()
+
+    def close(self) -> None:
+        self.stop.set()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            interrupt(c)
+
+    def _follow(
+        self, ref: "weakref.ref[Connector]", spool: Any, service: str, force_ip: Optional[str], timeout: float
+    ) -> None:
+        delay = 0.05
+        subscribed = False
+        while not self.stop.is_set() and ref() is not None:
+            cls = spool.connection_class
+            conn = cls(
+                **subscriber_kwargs(spool.connection_kwargs, timeout, issubclass(cls, redis.connection.Connection))
+            )
+            with self._lock:
+                self._conns.append(conn)
+            try:
+                if self.stop.is_set():
+                    return
+                conn.connect()
+                conn.send_command("SUBSCRIBE", SWITCH_MASTER)
+                if not conn.can_read(timeout=timeout):
+                    raise rx.TimeoutError("no reply to SUBSCRIBE in time")
+                conn.read_response()
+                if subscribed:
+                    # A failover may have been announced while this subscription was down.
+                    c = ref()
+                    if c is not None:
+                        c._resubscribed()
+                    del c
+                subscribed, delay = True, 0.05
+                while not self.stop.is_set():
+                    # The timeout only lets close() and the connector's end be noticed.
+                    if conn.can_read(timeout=1.0):
+                        switch = master_switch(service, conn.read_response(), force_ip)
+                        if switch is not None:
+                            c = ref()
+                            if c is not None:
+                                c._switched(*switch)
+                            del c
+                    elif ref() is None:
+                        return
+            except Exception:  # noqa: BLE001 - any failure of the subscription: subscribe again
+                pass
+            finally:
+                with self._lock:
+                    self._conns.remove(conn)
+                conn.disconnect()
+            self.stop.wait(delay)
+            delay = min(delay * 2, 2.0)
 
 
 class Connector:
@@ -39,6 +148,16 @@ class Connector:
     sockets (the idle list is dropped, as redis-py's pools do, by process id). In a cluster, requests are routed by their key's slot (the module's commands have
     the key at position 1), following ``MOVED``/``ASK`` and refreshing the client's slot map
     after a connection failure.
+
+    With a Sentinel-managed client (``Sentinel(...).master_for(...)``) it follows the sentinels'
+    ``+switch-master``: on a failover of the master it closes every connection made before
+    (idle ones, and the ones a request is in flight on, parked waits included), a reply that
+    arrives from the old master after that does not count (the request is retried, on the new
+    master), connections to the old master are refused for a while (a sentinel that has not
+    heard of the failover yet still names it), and the guards' watchdogs renew at once.
+    Otherwise a connection made before the failover goes on renewing on the demoted master
+    until Sentinel reconfigures it, while the hold lapses on the new master, where someone
+    else may be granted it.
 
     One connector per client is shared by everything built on it (:meth:`of`).
     """
@@ -56,6 +175,14 @@ class Connector:
         self._pid = os.getpid()
         self._moved: Dict[int, Tuple[str, int]] = {}
         self._refresh = False
+        # Sentinel: the client's pool (None without Sentinel) and the watch of its sentinels.
+        self._sentinel = None if self.is_cluster else sentinel_pool(client)
+        self._watch: Optional[_SentinelWatch] = None
+        self._epoch = 0  # master switches seen; a connection made before the last one is stale
+        self._last_switch: Optional[Tuple[HostPort, HostPort]] = None
+        self._demoted: Dict[HostPort, float] = {}  # old master -> refused until (monotonic)
+        self._busy: Set[Any] = set()  # connections with a request in flight (Sentinel only)
+        self._wakes: "weakref.WeakSet[threading.Event]" = weakref.WeakSet()  # watchdogs to wake
 
     @classmethod
     def of(cls, client: Any) -> "Connector":
@@ -108,10 +235,15 @@ class Connector:
     def _forked(self) -> None:
         """In a child made by ``fork``: forgets the parent's idle connections without touching
         them (a request on a shared socket would read the other process's reply) and takes a
-        new lock (another thread of the parent may have held the old one at the fork)."""
+        new lock (another thread of the parent may have held the old one at the fork). The
+        parent's Sentinel watch is forgotten too (its threads do not exist here): the child
+        starts its own on its first request."""
         if self._pid != os.getpid():
             self._lock = threading.Lock()
             self._idle = {}
+            self._busy = set()
+            self._wakes = weakref.WeakSet()
+            self._watch = None
             self._pid = os.getpid()
 
     def _take(self, addr: Address) -> Any:
@@ -120,7 +252,10 @@ class Connector:
             idle = self._idle.get(addr)
             if idle:
                 return idle.pop()
-        return self.new_connection(addr)
+            epoch = self._epoch
+        conn = self.new_connection(addr)
+        setattr(conn, _EPOCH, epoch)
+        return conn
 
     def _put(self, addr: Address, conn: Any) -> None:
         self._forked()
@@ -128,19 +263,82 @@ class Connector:
             return  # made before a fork, in the parent: not ours to reuse or close
         with self._lock:
             idle = self._idle.setdefault(addr, [])
-            if len(idle) < MAX_IDLE:
+            if len(idle) < MAX_IDLE and getattr(conn, _EPOCH, self._epoch) == self._epoch:
                 idle.append(conn)
                 return
         conn.disconnect()
 
     def close(self) -> None:
-        """Closes the idle connections (connections in use close when their request ends)."""
+        """Closes the idle connections (connections in use close when their request ends) and
+        stops following the sentinels (a later request starts again)."""
         self._forked()
         with self._lock:
             idle, self._idle = self._idle, {}
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
         for conns in idle.values():
             for c in conns:
                 c.disconnect()
+
+    # -- Sentinel ------------------------------------------------------------------------------
+
+    def _follow_sentinels(self) -> None:
+        """With a Sentinel-managed client: makes sure this process follows its sentinels."""
+        if self._sentinel is None:
+            return
+        self._forked()
+        if self._watch is not None:
+            return
+        with self._lock:
+            if self._watch is None:
+                self._watch = _SentinelWatch(self, self._sentinel)
+
+    def _switched(self, old: HostPort, new: HostPort) -> None:
+        """A sentinel announced a failover of the master from ``old`` to ``new``. Every sentinel
+        announces it, so repeats are ignored."""
+        with self._lock:
+            if self._last_switch == (old, new):
+                return
+            self._last_switch = (old, new)
+            self._epoch += 1
+            self._demoted.pop(new, None)
+            self._demoted[old] = time.monotonic() + DEMOTED_FOR
+            idle, self._idle = self._idle, {}
+            busy = list(self._busy)
+            wakes = list(self._wakes)
+        _log.warning(
+            "redis-lease: Sentinel switched the master from %s:%d to %s:%d: connections to the old one are closed",
+            *old,
+            *new,
+        )
+        for conns in idle.values():
+            for c in conns:
+                c.disconnect()
+        for c in busy:
+            interrupt(c)
+        for w in wakes:
+            w.set()
+
+    def _resubscribed(self) -> None:
+        """A sentinel subscription came back after a failure: a failover announced meanwhile was
+        missed, so idle connections are closed (new ones ask the sentinels for the master)."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+            self._last_switch = None
+        for conns in idle.values():
+            for c in conns:
+                c.disconnect()
+
+    def _refusal(self, conn: Any) -> Optional[BaseException]:
+        """Why ``conn`` (connected) must not be used: it reached a master Sentinel replaced."""
+        if not self._demoted:
+            return None
+        addr = (str(conn.host), int(conn.port))
+        until = self._demoted.get(addr)
+        if until is None or time.monotonic() >= until:
+            return None
+        return rx.ConnectionError(f"{addr[0]}:{addr[1]} is no longer the master (Sentinel +switch-master)")
 
     def address(self, key: Any) -> Address:
         """The node serving ``key`` (None for a single server)."""
@@ -164,6 +362,7 @@ class Connector:
 
     def perform(self, call: Call) -> Any:
         """Sends one request and answers its reply, or a :class:`Failed` for an error."""
+        self._follow_sentinels()
         ask: Optional[Tuple[str, int]] = None
         for _ in range(5):
             try:
@@ -194,6 +393,26 @@ class Connector:
         except (rx.RedisError, rx.RedisClusterException, OSError) as e:
             self._refresh = True
             return Failed(e, sent=False)
+        if self._sentinel is None:
+            return self._exchange(addr, conn, call, asking, start)
+        # A master switch interrupts the requests in flight.
+        with self._lock:
+            self._busy.add(conn)
+        try:
+            return self._exchange(addr, conn, call, asking, start)
+        finally:
+            with self._lock:
+                self._busy.discard(conn)
+
+    def _stale(self, conn: Any) -> Optional[Failed]:
+        """A reply read on ``conn`` does not count if Sentinel switched the master since the
+        connection was made: it may come from the old master, which no longer decides."""
+        if getattr(conn, _EPOCH, self._epoch) == self._epoch:
+            return None
+        conn.disconnect()
+        return Failed(rx.ConnectionError("the master changed (Sentinel +switch-master) before the reply"))
+
+    def _exchange(self, addr: Address, conn: Any, call: Call, asking: bool, start: float) -> Any:
         limit = call.limit
         try:
             if limit is not None:
@@ -201,6 +420,9 @@ class Connector:
                 conn.socket_connect_timeout = min(self.command_timeout, max(limit, 0.001))
                 conn.socket_timeout = conn.socket_connect_timeout
             conn.connect()
+            refused = self._refusal(conn)
+            if refused is not None:
+                raise refused
         except (rx.RedisError, OSError) as e:
             conn.disconnect()
             return Failed(e, sent=False)
@@ -217,6 +439,9 @@ class Connector:
                 raise rx.TimeoutError("no reply in time")
             value = conn.read_response()
         except rx.ResponseError as e:
+            stale = self._stale(conn)
+            if stale is not None:
+                return stale
             self._put(addr, conn)
             return Failed(typed_reply_error(e, f"{conn.host}:{conn.port}", call.args))
         except (rx.RedisError, OSError) as e:
@@ -227,21 +452,35 @@ class Connector:
         except BaseException:
             conn.disconnect()
             raise
+        stale = self._stale(conn)
+        if stale is not None:
+            return stale
         self._put(addr, conn)
         return value
 
     # -- the driver ------------------------------------------------------------------------
 
-    def run(self, machine: Machine[T], stop: Optional[threading.Event] = None) -> T:
+    def run(
+        self, machine: Machine[T], stop: Optional[threading.Event] = None, wake: Optional[threading.Event] = None
+    ) -> T:
         """Runs a generator of :mod:`redis_lease.protocol` to its end. With ``stop``: sleeps end
-        early when it is set, and the generator is closed (the answer is then None)."""
+        early when it is set, and the generator is closed (the answer is then None). With
+        ``wake`` (set by whoever sets ``stop`` too): a sleep that may end early (a watchdog's
+        wait for its next renewal) ends when Sentinel switches the master, or ``wake`` is set."""
+        if wake is not None and self._sentinel is not None:
+            self._forked()
+            with self._lock:
+                self._wakes.add(wake)
         try:
             op = next(machine)
             while True:
                 if stop is not None and stop.is_set():
                     return None  # type: ignore[return-value]
                 if isinstance(op, Sleep):
-                    if stop is not None:
+                    if op.early and wake is not None:
+                        if wake.wait(op.seconds):
+                            wake.clear()
+                    elif stop is not None:
                         stop.wait(op.seconds)
                     else:
                         time.sleep(op.seconds)

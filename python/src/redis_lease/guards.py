@@ -28,6 +28,9 @@ class LeaseState:
         self.reason: Optional[LossReason] = None
         self.lost = threading.Event()
         self.stop = threading.Event()
+        # Ends the watchdog's wait for its next renewal: set by halt(), and by the connector
+        # when Sentinel switches the master (the watchdog then renews on the new one at once).
+        self.wake = threading.Event()
         self.key = key
         self.token = token
         self.callbacks: List[OnLost] = []
@@ -45,9 +48,14 @@ class LeaseState:
                 return
             self.reason = reason or LossReason.FAILED
             self.lost.set()
-            self.stop.set()
+            self.halt()
             callbacks = list(self.callbacks)
         announce(self.key, self.token, self.reason, callbacks)
+
+    def halt(self) -> None:
+        """Stops the watchdog (at once, also from its wait for the next renewal)."""
+        self.stop.set()
+        self.wake.set()
 
     def on_lost(self, callback: OnLost) -> None:
         with self.lock:
@@ -65,7 +73,7 @@ class LeaseState:
 
 def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseState) -> None:
     try:
-        conn.run(machine, stop=state.stop)
+        conn.run(machine, stop=state.stop, wake=state.wake)
     except BaseException:  # noqa: BLE001 - a watchdog that dies must not leave the lease "held"
         state.publish(None, LossReason.FAILED)
 
@@ -121,7 +129,7 @@ def release_quietly(
     def run() -> None:
         try:
             if state is not None:
-                state.stop.set()
+                state.halt()
             conn.run(protocol.release(kind, sweep, spec.release_policy(), spec.command_timeout))
         except Exception:  # noqa: BLE001 - best effort: the lease lapses by itself
             pass
@@ -239,7 +247,7 @@ class Guard:
             if self._released:
                 return False
             self._released = True
-            self._state.stop.set()
+            self._state.halt()
             if self._state.lost.is_set() and not self._release_when_lost:
                 return False
         if self._pid != os.getpid():
@@ -257,7 +265,7 @@ class Guard:
         it with the same owner id)."""
         with self._state.lock:
             self._released = True
-            self._state.stop.set()
+            self._state.halt()
 
     def exec(self, *command: Any) -> Any:
         """Runs ``command`` inside Redis only while this hold is live, atomically with the check
@@ -305,7 +313,7 @@ class Guard:
                 return
             self._released = True
             if self._state.lost.is_set() and not self._release_when_lost:
-                _jobs.put(self._state.stop.set)
+                _jobs.put(self._state.halt)
                 return
             release_quietly(self._conn, self._kind, self._sweep, self._spec, self._state)
         except Exception:  # noqa: BLE001 - never raise from a finalizer

@@ -47,7 +47,11 @@ class Call:
 
 @dataclass(frozen=True)
 class Sleep:
+    """A pause. ``early``: the driver may end it early, when the route to the server changed
+    (Sentinel announced a new master), so that the watchdog renews on the new one at once."""
+
     seconds: float
+    early: bool = False
 
 
 @dataclass(frozen=True)
@@ -296,7 +300,8 @@ def watchdog(
     route: Any = None,
     expect: int = 1,
 ) -> Machine[LossReason]:
-    """Keeps a lease alive until it is lost: renews every ``renew_every``, publishes each new
+    """Keeps a lease alive until it is lost: renews every ``renew_every`` (at once when the
+    driver ends the wait early: Sentinel switched the master), publishes each new
     validity bound (``publish(bound, None)``; at the cap ``publish(bound, MAX_HOLD)``: it ends
     there, so a clock check that beats the watchdog to it reports MAX_HOLD too) and finally the
     loss (``publish(None, reason)``). A driver stops it by closing it (on release).
@@ -304,7 +309,7 @@ def watchdog(
     valid_until = timing.valid_until(last_sent)
     while True:
         renew_at = min(last_sent + timing.renew_every, valid_until)
-        yield Sleep(max(0.0, renew_at - now()))
+        yield Sleep(max(0.0, renew_at - now()), early=True)
         r = yield from renew_once(renew, valid_until, policy, command_timeout, now, route, expect)
         if isinstance(r, Capped):
             # The last renewal, up to the cap exactly; the lease ends there and is reported

@@ -41,6 +41,7 @@ class LeaseState:
         self.reason: Optional[LossReason] = None
         self.lost = asyncio.Event()
         self.stop = asyncio.Event()
+        self.wake = asyncio.Event()  # see redis_lease.guards.LeaseState
         self.key = key
         self.token = token
         self.callbacks: List[OnLost] = []
@@ -55,8 +56,13 @@ class LeaseState:
             return
         self.reason = reason or LossReason.FAILED
         self.lost.set()
-        self.stop.set()
+        self.halt()
         announce(self.key, self.token, self.reason, self.callbacks)
+
+    def halt(self) -> None:
+        """Stops the watchdog (at once, also from its wait for the next renewal)."""
+        self.stop.set()
+        self.wake.set()
 
     def expire_if_due(self) -> None:
         if not self.lost.is_set() and time.monotonic() >= self.valid_until:
@@ -65,7 +71,7 @@ class LeaseState:
 
 async def _watch(conn: Connector, machine: protocol.Machine[LossReason], state: LeaseState) -> None:
     try:
-        await conn.run(machine, stop=state.stop)
+        await conn.run(machine, stop=state.stop, wake=state.wake)
     except asyncio.CancelledError:
         raise
     except BaseException:  # noqa: BLE001 - a watchdog that dies must not leave the lease "held"
@@ -187,7 +193,7 @@ class Guard:
 
     async def _stop_watchdog(self) -> None:
         # Cancelled mid-renewal, its connection is closed rather than left to the idle pool.
-        self._state.stop.set()
+        self._state.halt()
         task = self._task
         if task is not None and not task.done():
             task.cancel()
@@ -196,7 +202,7 @@ class Guard:
     def abandon(self) -> None:
         """Stops renewing without releasing: the lease lapses on the server after its ttl."""
         self._released = True
-        self._state.stop.set()
+        self._state.halt()
         if self._task is not None:
             self._task.cancel()
 
@@ -244,7 +250,7 @@ class Guard:
             if self._released:
                 return
             self._released = True
-            self._state.stop.set()
+            self._state.halt()
             if self._state.lost.is_set() and not self._release_when_lost:
                 return
             loop = self._task.get_loop() if self._task is not None else None

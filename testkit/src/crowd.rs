@@ -10,11 +10,34 @@ use crate::raw::resp;
 /// Connections to one server, each with one command sent and its reply not yet read.
 pub struct Crowd {
     conns: Vec<BufReader<TcpStream>>,
+    /// A large crowd's turn on this machine (see [`Crowd::connect`]), held until it drops.
+    _turn: Option<std::fs::File>,
+}
+
+/// From this many connections a crowd waits for its turn on the machine.
+const LARGE: usize = 1_000;
+
+/// Waits until no other process on this machine runs a large crowd: suites run side by side
+/// (make test's parallel binaries, test-redis8 beside test-valkey) would otherwise open tens
+/// of thousands of sockets at once, and a loaded machine answers them too late.
+fn turn() -> std::fs::File {
+    let path = std::env::temp_dir().join("redis-lease-testkit-crowd.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.lock()
+        .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+    f
 }
 
 impl Crowd {
-    /// `n` connections to `127.0.0.1:port` (nothing sent yet).
+    /// `n` connections to `127.0.0.1:port` (nothing sent yet). A crowd of a thousand or more
+    /// first waits for its turn on the machine (one large crowd at a time, across processes).
     pub fn connect(port: u16, n: usize) -> Crowd {
+        let turn = (n >= LARGE).then(turn);
         let conns = (0..n)
             .map(|i| {
                 let s = TcpStream::connect(("127.0.0.1", port))
@@ -23,7 +46,7 @@ impl Crowd {
                 BufReader::new(s)
             })
             .collect();
-        Crowd { conns }
+        Crowd { conns, _turn: turn }
     }
 
     pub fn len(&self) -> usize {

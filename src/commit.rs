@@ -93,14 +93,14 @@ where
         }
     }
     on_value(key, open, origin, |v| {
-        let from = lobby.and_then(|l| join::<K>(v, l));
+        let from = lobby.and_then(|l| join::<K>(v, (db, name), l));
         run(v, (db, name), from, false, op)
     })
 }
 
 /// A lobby meets the key of its name: its waiters follow the key's index entry (or are
 /// answered WRONGTYPE if the key is of another kind); the lobby's state, to merge.
-fn join<K: Keyed>(v: &mut Stored<K>, lobby: Lobby) -> Option<Lock> {
+fn join<K: Keyed>(v: &mut Stored<K>, place: (i32, &[u8]), lobby: Lobby) -> Option<Lock> {
     if v.slot != lobby.slot {
         schedule::detach(lobby.slot);
     }
@@ -112,7 +112,7 @@ fn join<K: Keyed>(v: &mut Stored<K>, lobby: Lobby) -> Option<Lock> {
         return None;
     }
     let ids: Vec<u64> = lock.waiters().map(|w| w.id).collect();
-    waiters::rebind(&ids, v.slot);
+    waiters::rebind(&ids, place, v.slot);
     Some(lock)
 }
 
@@ -218,7 +218,7 @@ pub fn decide_many<T>(
     mut keys: Vec<Key>,
     open: Open,
     origin: Origin,
-    op: impl FnOnce(&mut [&mut Stored<RwLock>], &mut Env) -> (Vec<Changes>, T),
+    op: impl FnOnce(&mut [&mut Stored<RwLock>], &[Grants], &mut Env) -> (Vec<Changes>, T),
 ) -> Result<T, WrongType> {
     for key in &keys {
         key.peek::<Stored<RwLock>>()?;
@@ -247,7 +247,7 @@ pub fn decide_many<T>(
         before.push(v.as_ref().map_or(0, |v| v.core.lock().holder_count()));
         lobbies.push(v.and_then(|v| {
             ensure_slot(v, db, name);
-            lobby.and_then(|l| join::<RwLock>(v, l))
+            lobby.and_then(|l| join::<RwLock>(v, (db, name), l))
         }));
     }
     let (now, round_up) = clock::now();
@@ -262,7 +262,7 @@ pub fn decide_many<T>(
     let slots: Few<Slot> = values.iter().map(|v| v.slot).collect();
     let (mut tokens, mut quiet, cancels, suspect) = state::with(move |s| {
         let suspect = holdback::suspect(s, now);
-        let quiet = s.quarantine_until == 0 && s.evicted.is_empty();
+        let quiet = s.quarantine_until == 0 && s.evicted.is_empty() && crate::floor::none_held();
         let cancels: Few<Vec<u64>> = slots
             .iter()
             .map(|sl| {
@@ -283,10 +283,18 @@ pub fn decide_many<T>(
         holdback::stalled(gap);
         quiet = false;
     }
-    let held = !quiet
-        && places
-            .iter()
-            .any(|(db, n)| holdback::grants(*db, n) == Grants::Held);
+    // Each name's own grants: a quarantine holds every one back, an evicted lease or an
+    // importing Cluster slot only its own (see `multi`).
+    let grants: Few<Grants> = places
+        .iter()
+        .map(|(db, n)| {
+            if quiet {
+                Grants::Open
+            } else {
+                holdback::grants(*db, n)
+            }
+        })
+        .collect();
     let alive = waiters::alive;
     let mut env = Env {
         now,
@@ -294,10 +302,11 @@ pub fn decide_many<T>(
         mono: schedule::mono(),
         tokens: &mut tokens,
         alive: &alive,
-        grants: if held { Grants::Held } else { Grants::Open },
+        grants: Grants::Open,
     };
     let mut pre: Few<Changes> = Few::new();
-    for ((v, ids), from) in values.iter_mut().zip(cancels).zip(lobbies) {
+    for (((v, ids), from), g) in values.iter_mut().zip(cancels).zip(lobbies).zip(&grants) {
+        env.grants = *g;
         let mut c = Changes::default();
         for id in ids {
             c.append(v.core.cancel(id, &mut env).0);
@@ -307,7 +316,7 @@ pub fn decide_many<T>(
         }
         pre.push(c);
     }
-    let (changes, out) = op(&mut values, &mut env);
+    let (changes, out) = op(&mut values, &grants, &mut env);
     drop(values);
     state::with(move |s| s.tokens = tokens);
     for (((key, b), mut c), more) in keys.into_iter().zip(before).zip(pre).zip(changes) {
@@ -327,9 +336,10 @@ where
         owner: None,
         own: false,
     };
+    let place = (key.db(), key.name_bytes());
     let _ = decide::<K, ()>(key, Open::Existing, origin, |v, env| {
         let ids: Vec<u64> = waiting.iter().map(|w| w.id).collect();
-        waiters::rebind(&ids, v.slot);
+        waiters::rebind(&ids, place, v.slot);
         for w in waiting {
             if waiters::alive(w.id) {
                 v.core.lock_mut().requeue(w);
@@ -517,8 +527,7 @@ where
 }
 
 /// Deletes the key when nothing is held or awaited; moves its state to the lobby, outside the
-/// keyspace, when nothing is held but some wait and grants are held back; else schedules its
-/// next wake-up.
+/// keyspace, when nothing is held but some wait; else schedules its next wake-up.
 fn settle<K: Keyed>(mut key: Key)
 where
     Stored<K>: Typed,
@@ -528,9 +537,10 @@ where
         return;
     };
     let lock = v.core.lock_mut();
-    let idle = lock.holder_count() == 0 && lock.waiter_count() > 0;
-    if idle && holdback::grants(db, name) == Grants::Held {
-        // The name's whole state waits in the lobby, grants closed.
+    if lock.holder_count() == 0 && lock.waiter_count() > 0 {
+        // Nothing is held but some wait (grants are held back, or a multi-key request at
+        // the head waits for its other keys): the name's whole state waits in the lobby, so
+        // the keyspace holds only what replicas and the AOF hold.
         let lock = std::mem::take(lock);
         let slot = std::mem::replace(&mut v.slot, Slot::NONE);
         holdback::park(db, name, slot, K::KIND, lock);

@@ -208,6 +208,7 @@ impl<K: Saved> DataType for Stored<K> {
             db: p.db,
             name: p.name.into(),
             waiters: lock.take_waiters(),
+            flushed: None,
         };
         crate::orphans::unlinked(o, until, K::KIND, lock.limit());
     }

@@ -99,7 +99,7 @@ impl Visitor for Flushed {
         };
         schedule::detach(std::mem::replace(&mut v.slot, Slot::NONE));
         let waiting = v.core.lock_mut().take_waiters();
-        orphans::add(Some((db, name)), waiting);
+        orphans::flushed(db, name, K::KIND, waiting);
     }
 }
 
@@ -127,6 +127,7 @@ fn flush(ctx: &Ctx, db: Option<i32>) {
 fn swapdb(a: i32, b: i32) {
     state::with(move |s| {
         s.index.swap_dbs(a, b);
+        s.waiters.swap_dbs(a, b);
         let moved: Vec<_> = s.evicted.drain().collect();
         for ((db, name), e) in moved {
             let db = if db == a {
@@ -195,7 +196,14 @@ impl Visitor for Reattach {
     where
         Stored<K>: Typed,
     {
-        requeue::<K>(key, self.0.waiters);
+        if self.0.flushed == Some(K::KIND) {
+            requeue::<K>(key, self.0.waiters);
+        } else {
+            // The name came back as a key of another kind: their lock is gone.
+            for w in self.0.waiters {
+                waiters::answer(w.id, waiters::Answer::Gone);
+            }
+        }
     }
 }
 
@@ -204,9 +212,15 @@ fn loading(ctx: &Ctx, what: Loading) {
         return;
     }
     // A reload (DEBUG RELOAD) flushed and loaded again: waiters whose key came back wait on.
+    // Waiters of a key deleted before it (in the same turn, not answered yet) are not taken
+    // back: they get their LOCKGONE.
     let selected = ctx.db();
     for o in orphans::take_all() {
         let (db, name) = (o.db, o.name.clone());
+        if o.flushed.is_none() {
+            orphans::add(Some((db, name)), o.waiters);
+            continue;
+        }
         if let Err(Reattach(o)) = visit(ctx, db, &name, Reattach(o)) {
             orphans::add(Some((db, name)), o.waiters);
         }

@@ -255,7 +255,7 @@ pub fn park(db: i32, name: &[u8], slot: Slot, kind: Kind, lock: Lock) {
         slot
     };
     let ids: Vec<u64> = lock.waiters().map(|w| w.id).collect();
-    waiters::rebind(&ids, slot);
+    waiters::rebind(&ids, (db, name), slot);
     let lobby = match take(db, name) {
         None => Lobby { slot, kind, lock },
         Some(mut there) => {
@@ -268,7 +268,7 @@ pub fn park(db: i32, name: &[u8], slot: Slot, kind: Kind, lock: Lock) {
                     waiters::answer(w.id, waiters::Answer::WrongType);
                 }
             }
-            waiters::rebind(&ids, there.slot);
+            waiters::rebind(&ids, (db, name), there.slot);
             there
         }
     };
@@ -293,21 +293,44 @@ pub fn put(db: i32, name: &[u8], lobby: Lobby) {
         return;
     }
     let (slot, until) = (lobby.slot, schedule::wakeup_of(&lobby.lock));
+    let group = lobby.lock.waiters().next().is_some_and(|w| w.group);
     let key: Box<[u8]> = name.into();
     with_lobby(move |l| {
         l.entry(db).or_default().insert(key, lobby);
     });
-    reschedule(slot, until);
+    reschedule(slot, until, group);
 }
 
-fn reschedule(slot: Slot, until: Option<Ms>) {
-    // Wake at the first wait deadline, or when grants open, whichever is first.
+/// Wakes the lobby at its first wait deadline, or when grants open, whichever is first; now
+/// if they are open, unless a multi-key request at its head waits for its other keys (their
+/// events serve it here, through `commit::decide_many`).
+fn reschedule(slot: Slot, until: Option<Ms>, group: bool) {
     let open = schedule::place(slot).and_then(|(db, name)| held_until(db, &name));
     let when = match (until, open) {
         (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b).or(Some(now_ms())),
+        (a, None) if group => a,
+        (_, None) => Some(now_ms()),
+        (None, b) => b,
     };
     schedule::set(slot, when);
+}
+
+/// Calls `f` with the state of the lobby of `name` in `db`; false if there is none (the
+/// wait-for walk reads lobbies as it reads keys).
+pub fn with_lock(db: i32, name: &[u8], f: &mut dyn FnMut(Kind, &Lock)) -> bool {
+    if no_lobby() {
+        return false;
+    }
+    LOBBY.with(|l| {
+        let l = l.borrow();
+        match l.get(&db).and_then(|m| m.get(name)) {
+            Some(x) => {
+                f(x.kind, &x.lock);
+                true
+            }
+            None => false,
+        }
+    })
 }
 
 /// The lobby slot of `name`, if waiters wait there.
@@ -368,13 +391,19 @@ pub fn clear() -> Vec<(Slot, Vec<u64>)> {
     })
 }
 
-/// How many waiters wait in lobbies.
+/// How many requests wait in lobbies (a multi-key request parked for several names
+/// counts once).
 pub fn waiting() -> usize {
     with_lobby(|l| {
-        l.values()
+        let mut ids: Vec<u64> = l
+            .values()
             .flat_map(|m| m.values())
-            .map(|x| x.lock.waiters().filter(|w| waiters::alive(w.id)).count())
-            .sum()
+            .flat_map(|x| x.lock.waiters().map(|w| w.id))
+            .filter(|&id| waiters::alive(id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
     })
 }
 

@@ -53,13 +53,26 @@ pub fn take_unlinked(db: i32, name: &[u8]) -> Option<Unlinked> {
     })
 }
 
-/// Waiters without a known place: answered LOCKGONE at the timer's next turn.
+/// Waiters of a key that went away (at `place`, if known): answered LOCKGONE at the timer's
+/// next turn.
 pub fn add(place: Option<(i32, Box<[u8]>)>, w: Vec<Waiter>) {
     let (db, name) = place.unwrap_or((-1, Box::default()));
     add_group(Orphans {
         db,
         name,
         waiters: w,
+        flushed: None,
+    });
+}
+
+/// Waiters taken out of a key of `kind` by a flush: they queue again if a reload brings the
+/// key back (else LOCKGONE at the timer's next turn).
+pub fn flushed(db: i32, name: Box<[u8]>, kind: Kind, w: Vec<Waiter>) {
+    add_group(Orphans {
+        db,
+        name,
+        waiters: w,
+        flushed: Some(kind),
     });
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 /// fraction of SipHash's cost: every grant and hand-off looks waiters up here.
 type Map<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
 
-use redis_lease_core::{Id, Mode, Ms, Waiter};
+use redis_lease_core::{Id, Kind, Mode, Ms, Waiter};
 
 use crate::index::Slot;
 
@@ -47,6 +47,10 @@ pub struct Orphans {
     pub db: i32,
     pub name: Box<[u8]>,
     pub waiters: Vec<Waiter>,
+    /// Taken out of a key of this kind by a flush, which a reload (`DEBUG RELOAD`) may undo:
+    /// the waiters then queue again in the key that comes back, if it is of this kind. `None`:
+    /// the key was deleted, evicted, renamed or moved (they are answered as such).
+    pub flushed: Option<Kind>,
 }
 
 #[derive(Debug, Default)]
@@ -155,10 +159,43 @@ impl Registry {
         self.ready.pop()
     }
 
-    /// Waiter `id` moved to another key entry (its key was parked while grants are held).
-    pub fn rebind(&mut self, id: u64, slot: Slot) {
-        if let Some(r) = self.by_id.get_mut(&id) {
-            r.slot = slot;
+    /// Multi-key request `id` was just looked at on every key and is not ready: a report of
+    /// it still listed is stale (a key taken out of the lobby for that look reports its head
+    /// again).
+    pub fn unready(&mut self, id: u64) {
+        self.ready.retain(|r| *r != id);
+    }
+
+    /// Waiter `id`'s key `name` in `db` has a new index entry `slot` (its state moved to or
+    /// from the lobby, or came back after a reload). A multi-key request's entries follow its
+    /// keys' order (`Group::names`): only that key's entry changes.
+    pub fn rebind(&mut self, id: u64, (db, name): (i32, &[u8]), slot: Slot) {
+        let Some(r) = self.by_id.get_mut(&id) else {
+            return;
+        };
+        let at = self
+            .groups
+            .get(&id)
+            .filter(|g| g.db == db)
+            .and_then(|g| g.names.iter().position(|n| **n == *name));
+        match at {
+            Some(i) if i > 0 => {
+                if let Some(s) = r.more.get_mut(i - 1) {
+                    *s = slot;
+                }
+            }
+            _ => r.slot = slot,
+        }
+    }
+
+    /// SWAPDB: parked multi-key requests' keys now live in the other db.
+    pub fn swap_dbs(&mut self, a: i32, b: i32) {
+        for g in self.groups.values_mut() {
+            if g.db == a {
+                g.db = b;
+            } else if g.db == b {
+                g.db = a;
+            }
         }
     }
 

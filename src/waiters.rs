@@ -137,12 +137,12 @@ pub fn answer_changes(changes: &Changes) {
     }
 }
 
-/// The key at `slot` moved to another entry: its parked waiters follow it.
-pub fn rebind(ids: &[u64], slot: Slot) {
+/// The key `name` in `db` has a new index entry `slot`: its parked waiters follow it.
+pub fn rebind(ids: &[u64], place: (i32, &[u8]), slot: Slot) {
     let ids = ids.to_vec();
     state::with(move |s| {
         for id in ids {
-            s.waiters.rebind(id, slot);
+            s.waiters.rebind(id, place, slot);
         }
     });
 }
@@ -152,12 +152,13 @@ pub fn rebind(ids: &[u64], slot: Slot) {
 pub fn slots() -> Vec<Slot> {
     let mut slots: Vec<Slot> = state::with(|s| {
         let mut v: Vec<Slot> = s.waiters.cancel_slots();
-        v.extend(
-            s.waiters
-                .ids_of(None)
-                .into_iter()
-                .filter_map(|id| s.waiters.get(id).map(|r| r.slot)),
-        );
+        for id in s.waiters.ids_of(None) {
+            if let Some(r) = s.waiters.get(id) {
+                // Every key of a multi-key request, not only its first.
+                v.push(r.slot);
+                v.extend(r.more.iter().copied());
+            }
+        }
         v
     });
     slots.sort();

@@ -52,10 +52,11 @@ impl Graph for Server<'_> {
         if !self.ctx.select_db(db) {
             return false;
         }
-        let name = RString::from_bytes(&name);
-        let found = Key::open(self.ctx, name.as_str(), Access::Read).is_some_and(|k| read(&k, f));
+        let rname = RString::from_bytes(&name);
+        let found = Key::open(self.ctx, rname.as_str(), Access::Read).is_some_and(|k| read(&k, f));
         self.ctx.select_db(before);
-        found
+        // A name whose waiters wait in the lobby (no key): its queue is there.
+        found || crate::holdback::with_lock(db, &name, f)
     }
 
     fn alive(&self, id: u64) -> bool {

@@ -1225,9 +1225,12 @@ fn lock_takes_several_keys_at_once() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(redis_get(&s, &["EXISTS", "{cli}:k1"]), redis::Value::Int(1));
+    // k1 holds nothing (no key: its waiter waits outside the keyspace), and its INFO shows
+    // the request waiting there.
+    assert_eq!(redis_get(&s, &["EXISTS", "{cli}:k1"]), redis::Value::Int(0));
     let info = format!("{:?}", redis_get(&s, &["RWLOCK.INFO", "{cli}:k1"]));
     assert!(!info.contains("token\", int(1"), "a partial hold: {info}");
+    assert!(info.contains("\"waiters\"'), int(1)"), "{info}");
     let st = wait_bounded(&mut child, Duration::from_secs(10));
     assert_eq!(st.code(), Some(75));
     assert_eq!(redis_get(&s, &["EXISTS", "{cli}:k1"]), redis::Value::Int(0));

@@ -378,6 +378,13 @@ impl Lock {
                 (lapse, Some((until, id)))
                     if lapse.is_none_or(|d| mono.to_wall(until, now) < d) =>
                 {
+                    if self.ready_at_head(kind, id, op) {
+                        // A multi-key request this key was free for by the end of its wait:
+                        // reported ready, not timed out here. The shell grants it if every
+                        // key was (as a timer on time would have), else a key that was not
+                        // ends its wait; later events wait for the next look.
+                        break;
+                    }
                     if let Some(q) = self.queue.as_mut() {
                         q.cancel(id);
                     }
@@ -394,6 +401,24 @@ impl Lock {
             self.promote(kind, op);
         }
         self.promote(kind, op);
+    }
+
+    /// Whether waiter `id` is a multi-key request at the head of this key's queue that could
+    /// be granted here now; if so, reports it ready.
+    fn ready_at_head(&self, kind: Kind, id: u64, op: &mut Op) -> bool {
+        let Some(head) = self.queue.as_ref().and_then(|q| q.head()) else {
+            return false;
+        };
+        let here = head.id == id
+            && head.group
+            && op.env.may_grant()
+            && self
+                .admissible(kind, &head.owner, head.mode, head.permits)
+                .is_some();
+        if here && !op.changes.ready.contains(&id) {
+            op.changes.ready.push(id);
+        }
+        here
     }
 
     pub(crate) fn admissible(

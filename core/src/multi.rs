@@ -7,9 +7,14 @@
 //! its place in each queue (nobody behind it is served first), a key stops at it when it
 //! reaches the head (`Changes::ready`), and the shell calls [`grant_ready`], which grants it on
 //! every key in one go once the last of them is ready.
+//!
+//! Grants may be held back on some names and not others (a quarantine holds every name back,
+//! an evicted lease or an importing Cluster slot only its own): each operation takes each
+//! key's `Grants`. The request itself is granted only where every key's grants are open, while
+//! each key serves its other waiters by its own.
 
 use crate::effect::Changes;
-use crate::env::Env;
+use crate::env::{Env, Grants};
 use crate::id::Id;
 use crate::lock::{admissible, Kind, Lock, LockError, RwLock, Wait};
 use crate::queue::Waiter;
@@ -47,12 +52,14 @@ pub struct MultiError {
 /// What a parked multi-key request became when one of its keys reported it ready.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ready {
-    /// Some key is not ready for it yet.
+    /// Some key is not ready for it yet (or its wait ran out where a key was not: then it
+    /// left every queue, and one key's changes time it out).
     NotYet,
     /// Granted on every key: the tokens, in the keys' order.
     Granted(Vec<u64>),
-    /// It can never be granted (a key it held would pass its cap): taken out of every queue.
-    Refused(LockError),
+    /// It can never be granted (a key it held would pass its cap; the key's index in the
+    /// request): taken out of every queue.
+    Refused(MultiError),
 }
 
 /// How one key stands toward the request.
@@ -124,16 +131,40 @@ fn plan(lock: &Lock, req: &MultiRequest, env: &Env) -> Result<Plan, LockError> {
     Ok(Plan::Wait { upgrade: false })
 }
 
+/// Open only where every key's grants are.
+fn all(grants: &[Grants]) -> Grants {
+    if grants.iter().all(|g| *g == Grants::Open) {
+        Grants::Open
+    } else {
+        Grants::Held
+    }
+}
+
+/// Lets time pass on every key, each under its own grants.
+fn tick_all(keys: &mut [&mut RwLock], grants: &[Grants], env: &mut Env) -> Vec<Changes> {
+    let changes = keys
+        .iter_mut()
+        .zip(grants)
+        .map(|(k, g)| {
+            env.grants = *g;
+            k.tick(env)
+        })
+        .collect();
+    changes
+}
+
 /// Grants `w` on every key (each known grantable), in order; on a failure (no token left)
 /// gives back the holds already granted, so nothing is held. `changes` gets each key's.
 fn grant_all(
     keys: &mut [&mut RwLock],
+    grants: &[Grants],
     w: &Waiter,
     env: &mut Env,
     changes: &mut [Changes],
 ) -> Result<Vec<u64>, MultiError> {
     let mut tokens = Vec::with_capacity(keys.len());
     for i in 0..keys.len() {
+        env.grants = grants[i];
         let (c, r) = keys[i].0.run(env, |lock, op| {
             let t = lock.grant(Kind::RwLock, op, w);
             lock.promote(Kind::RwLock, op);
@@ -144,6 +175,7 @@ fn grant_all(
             Ok(t) => tokens.push(t),
             Err(error) => {
                 for j in 0..i {
+                    env.grants = grants[j];
                     let (c, ()) = keys[j].0.run(env, |lock, op| {
                         let owner = w.owner.clone();
                         lock.emit(op, crate::Effect::Release { owner });
@@ -161,10 +193,13 @@ fn grant_all(
 /// `RWLOCK.MLOCK`: `keys` in the request's order (distinct). The changes are each key's.
 pub fn mlock(
     keys: &mut [&mut RwLock],
+    grants: &[Grants],
     req: &MultiRequest,
     env: &mut Env,
 ) -> (Vec<Changes>, Result<MultiAcquire, MultiError>) {
-    let mut changes: Vec<Changes> = keys.iter_mut().map(|k| k.tick(env)).collect();
+    let mut changes = tick_all(keys, grants, env);
+    // Grantable now only where every key's grants are open.
+    env.grants = all(grants);
     let mut plans = Vec::with_capacity(keys.len());
     for (i, k) in keys.iter().enumerate() {
         match plan(&k.0, req, env) {
@@ -174,7 +209,7 @@ pub fn mlock(
     }
     let w = waiter(req);
     if plans.iter().all(|p| !matches!(p, Plan::Wait { .. })) {
-        let out = grant_all(keys, &w, env, &mut changes).map(MultiAcquire::Granted);
+        let out = grant_all(keys, grants, &w, env, &mut changes).map(MultiAcquire::Granted);
         return (changes, out);
     }
     if req.wait.is_none() {
@@ -201,18 +236,28 @@ pub fn mlock(
 /// in its arrival place.
 pub fn grant_ready(
     keys: &mut [&mut RwLock],
+    grants: &[Grants],
     req: &MultiRequest,
     env: &mut Env,
 ) -> (Vec<Changes>, Ready) {
     let id = req.wait.map_or(0, |w| w.id);
     let w = waiter(req);
+    let open = all(grants) == Grants::Open;
     let mut changes: Vec<Changes> = Vec::with_capacity(keys.len());
     let mut ready = true;
     let mut refusal = None;
-    for k in keys.iter_mut() {
+    let mut ended = false;
+    for (i, k) in keys.iter_mut().enumerate() {
+        env.grants = grants[i];
         let (mut c, ok) = k.0.run(env, |lock, op| {
-            // Serves whoever is ahead and may be served, and drops departed waiters.
-            lock.promote(Kind::RwLock, op);
+            // Lets time pass on the key as its timer would have (lapses, waits that ended, in
+            // order), serving whoever is ahead and may be served. A key that was not free for
+            // the request when its wait ran out ends its wait everywhere.
+            lock.step(Kind::RwLock, op);
+            if op.changes.timed_out.contains(&id) {
+                ended = true;
+                return Ok(false);
+            }
             let queued = lock.queue.as_ref().and_then(|q| q.get(id)).is_some();
             if !queued {
                 match lock.holders.get(&w.owner).copied() {
@@ -220,7 +265,10 @@ pub fn grant_ready(
                         let deadline = op.env.deadline(w.ttl);
                         if deadline > h.deadline && h.passes_cap(deadline) {
                             let left = op.env.left(h.cap);
-                            return Err(LockError::MaxHold { left });
+                            return Err(MultiError {
+                                key: i,
+                                error: LockError::MaxHold { left },
+                            });
                         }
                         return Ok(true);
                     }
@@ -236,7 +284,7 @@ pub fn grant_ready(
             };
             let head = q.head().is_some_and(|h| h.id == id);
             let admit = admissible(&lock.holders, lock.limit, Kind::RwLock, &w.owner, w.mode, 1);
-            Ok(head && op.env.may_grant() && admit.is_some())
+            Ok(head && open && admit.is_some())
         });
         c.ready.retain(|r| *r != id);
         changes.push(c);
@@ -246,8 +294,23 @@ pub fn grant_ready(
             Err(e) => refusal = refusal.or(Some(e)),
         }
     }
+    if ended {
+        // Answered once, as timed out (by the first key that says so).
+        let mut seen = false;
+        for ((k, c), g) in keys.iter_mut().zip(changes.iter_mut()).zip(grants) {
+            env.grants = *g;
+            let (more, _) = k.cancel(id, env);
+            c.append(more);
+            if seen {
+                c.timed_out.retain(|t| *t != id);
+            }
+            seen = seen || c.timed_out.contains(&id);
+        }
+        return (changes, Ready::NotYet);
+    }
     if let Some(e) = refusal {
-        for (k, c) in keys.iter_mut().zip(changes.iter_mut()) {
+        for ((k, c), g) in keys.iter_mut().zip(changes.iter_mut()).zip(grants) {
+            env.grants = *g;
             let (more, _) = k.cancel(id, env);
             c.append(more);
         }
@@ -261,18 +324,25 @@ pub fn grant_ready(
             q.cancel(id);
         }
     }
-    match grant_all(keys, &w, env, &mut changes) {
+    match grant_all(keys, grants, &w, env, &mut changes) {
         Ok(tokens) => (changes, Ready::Granted(tokens)),
-        Err(e) => (changes, Ready::Refused(e.error)),
+        Err(e) => (changes, Ready::Refused(e)),
     }
 }
 
 /// `RWLOCK.MUNLOCK`: one hold of `owner` on each key; how many keys had one.
-pub fn munlock(keys: &mut [&mut RwLock], owner: &Id, env: &mut Env) -> (Vec<Changes>, usize) {
+pub fn munlock(
+    keys: &mut [&mut RwLock],
+    grants: &[Grants],
+    owner: &Id,
+    env: &mut Env,
+) -> (Vec<Changes>, usize) {
     let mut n = 0;
     let changes = keys
         .iter_mut()
-        .map(|k| {
+        .zip(grants)
+        .map(|(k, g)| {
+            env.grants = *g;
             let (c, done) = k.unlock(owner, env);
             n += usize::from(done);
             c
@@ -286,11 +356,12 @@ pub fn munlock(keys: &mut [&mut RwLock], owner: &Id, env: &mut Env) -> (Vec<Chan
 /// fewest ms left.
 pub fn mrenew(
     keys: &mut [&mut RwLock],
+    grants: &[Grants],
     owner: &Id,
     ttl: u64,
     env: &mut Env,
 ) -> (Vec<Changes>, Result<usize, LockError>) {
-    let changes: Vec<Changes> = keys.iter_mut().map(|k| k.tick(env)).collect();
+    let changes = tick_all(keys, grants, env);
     let deadline = env.deadline(ttl);
     let left = keys
         .iter()
@@ -303,7 +374,8 @@ pub fn mrenew(
     }
     let mut changes = changes;
     let mut n = 0;
-    for (k, c) in keys.iter_mut().zip(changes.iter_mut()) {
+    for ((k, c), g) in keys.iter_mut().zip(changes.iter_mut()).zip(grants) {
+        env.grants = *g;
         let (more, r) = k.try_renew(owner, ttl, env);
         c.append(more);
         n += usize::from(matches!(r, Ok(Some(_))));

@@ -14,8 +14,12 @@ use redis_lease_core::multi::{
 };
 use redis_lease_core::waitfor::{closes_cycle, Graph};
 use redis_lease_core::{
-    Acquire, Changes, Effect, Id, Kind, Lock, LockError, Mode, Request, RwLock, Tokens, Wait,
+    Acquire, Changes, Effect, Grants, Id, Kind, Lock, LockError, Mode, Request, RwLock, Tokens,
+    Wait,
 };
+
+/// Every key's grants open (as far as eight keys).
+const OPEN: [Grants; 8] = [Grants::Open; 8];
 
 fn mreq(owner: &str, mode: Mode, ttl: u64, wait: Option<Wait>) -> MultiRequest<'static> {
     MultiRequest {
@@ -50,6 +54,7 @@ fn mlock_grants_every_key_or_none() {
     let _ = keys[1].lock(&req("x", Mode::Write, 100, None, 0), &mut w.env());
     let (_, r) = mlock(
         &mut refs(&mut keys),
+        &OPEN,
         &mreq("o", Mode::Write, 100, None),
         &mut w.env(),
     );
@@ -59,6 +64,7 @@ fn mlock_grants_every_key_or_none() {
     keys[1].unlock("x", &mut w.env());
     let (_, r) = mlock(
         &mut refs(&mut keys),
+        &OPEN,
         &mreq("o", Mode::Write, 100, None),
         &mut w.env(),
     );
@@ -69,7 +75,7 @@ fn mlock_grants_every_key_or_none() {
     for (k, tk) in keys.iter().zip(&t) {
         assert_eq!(k.0.hold_of("o", 1_000).map(|h| h.token), Some(*tk));
     }
-    let (_, n) = munlock(&mut refs(&mut keys), id("o"), &mut w.env());
+    let (_, n) = munlock(&mut refs(&mut keys), &OPEN, id("o"), &mut w.env());
     assert_eq!(n, 3);
     assert!(keys.iter().all(|k| k.0.is_empty()));
 }
@@ -81,18 +87,18 @@ fn a_parked_mlock_keeps_its_place_and_is_granted_when_the_last_key_frees() {
     let _ = keys[0].lock(&req("x", Mode::Write, 100, None, 0), &mut w.env());
     let wait = Wait::forever(w.next_id());
     let m = mreq("m", Mode::Write, 100, Some(wait));
-    let (_, r) = mlock(&mut refs(&mut keys), &m, &mut w.env());
+    let (_, r) = mlock(&mut refs(&mut keys), &OPEN, &m, &mut w.env());
     assert_eq!(r, Ok(MultiAcquire::Queued));
     // Key 1 is free, but nobody overtakes the parked request there.
     let (c, r) = keys[1].lock(&req("y", Mode::Read, 100, None, 0), &mut w.env());
     assert_eq!(r, Ok(Acquire::Busy));
     assert_eq!(c.ready, vec![wait.id], "key 1 reports it ready");
-    let (_, ready) = grant_ready(&mut refs(&mut keys), &m, &mut w.env());
+    let (_, ready) = grant_ready(&mut refs(&mut keys), &OPEN, &m, &mut w.env());
     assert_eq!(ready, Ready::NotYet, "key 0 is still held");
     assert!(keys[1].0.hold_of("m", 1_000).is_none(), "no partial hold");
     let (c, _) = keys[0].unlock("x", &mut w.env());
     assert_eq!(c.ready, vec![wait.id]);
-    let (_, ready) = grant_ready(&mut refs(&mut keys), &m, &mut w.env());
+    let (_, ready) = grant_ready(&mut refs(&mut keys), &OPEN, &m, &mut w.env());
     let Ready::Granted(t) = ready else {
         panic!("{ready:?}")
     };
@@ -100,6 +106,44 @@ fn a_parked_mlock_keeps_its_place_and_is_granted_when_the_last_key_frees() {
     assert!(keys
         .iter()
         .all(|k| k.0.hold_of("m", 1_000).is_some() && k.0.waiter_count() == 0));
+}
+
+/// A timer that runs late: the free key reports the request ready at its deadline (a timer
+/// on time would have seen it free), and the look at every key ends its wait where a key was
+/// not free by then, once, on every key; a key that freed by then serves it.
+#[test]
+fn a_late_look_at_a_parked_mlock_serves_it_or_ends_its_wait_once() {
+    for freed in [false, true] {
+        let mut w = World::at(1_000);
+        let mut keys = [RwLock::default(), RwLock::default()];
+        let _ = keys[0].lock(&req("x", Mode::Write, 150, None, 0), &mut w.env());
+        let wait = Wait {
+            id: w.next_id(),
+            until: Some(w.mono() + if freed { 200 } else { 100 }),
+        };
+        let m = mreq("m", Mode::Write, 100, Some(wait));
+        let (_, r) = mlock(&mut refs(&mut keys), &OPEN, &m, &mut w.env());
+        assert_eq!(r, Ok(MultiAcquire::Queued));
+        // Both deadlines passed by the time anything looks.
+        w.now += 300;
+        let c = keys[1].tick(&mut w.env());
+        assert_eq!(c.ready, vec![wait.id], "the free key reports it ready");
+        assert!(c.timed_out.is_empty());
+        let (changes, ready) = grant_ready(&mut refs(&mut keys), &OPEN, &m, &mut w.env());
+        let ended: usize = changes
+            .iter()
+            .map(|c| c.timed_out.iter().filter(|t| **t == wait.id).count())
+            .sum();
+        if freed {
+            // x's lease ended at +150, before the wait did (+200).
+            assert!(matches!(ready, Ready::Granted(_)), "{ready:?}");
+            assert_eq!(ended, 0);
+        } else {
+            assert_eq!(ready, Ready::NotYet);
+            assert_eq!(ended, 1, "{changes:?}");
+            assert!(keys.iter().all(|k| k.0.waiter_count() == 0));
+        }
+    }
 }
 
 #[test]
@@ -136,7 +180,7 @@ fn max_hold_caps_grants_and_renewals() {
     // MRENEW refuses all if one key would pass its cap.
     let mut keys = [RwLock::default(), k];
     let _ = keys[0].lock(&req("o", Mode::Write, 100, None, 0), &mut w.env());
-    let (_, r) = mrenew(&mut refs(&mut keys), id("o"), 1_000, &mut w.env());
+    let (_, r) = mrenew(&mut refs(&mut keys), &OPEN, id("o"), 1_000, &mut w.env());
     assert_eq!(r, Err(LockError::MaxHold { left: 300 }));
     assert_eq!(
         keys[0].0.hold_of("o", 1_200).map(|h| h.deadline),
@@ -410,7 +454,8 @@ impl Sim {
                 .filter(|(i, _)| ks.contains(i))
                 .map(|(_, k)| k)
                 .collect();
-            let (changes, r) = grant_ready(&mut picked, &m, &mut env);
+            let n = picked.len();
+            let (changes, r) = grant_ready(&mut picked, &OPEN[..n], &m, &mut env);
             drop(picked);
             let changes: Vec<_> = ks.iter().copied().zip(changes).collect();
             self.absorb(changes, &mut ready);
@@ -483,7 +528,8 @@ proptest! {
                     let m = MultiRequest { owner: id_of(&owner), mode, ttl: 1_000, wait: wt, max_waiters: 100, max_hold: 0 };
                     let mut env = sim.w.env();
                     let mut picked: Vec<&mut RwLock> = sim.keys.iter_mut().enumerate().filter(|(i, _)| ks.contains(i)).map(|(_, k)| k).collect();
-                    let (changes, r) = mlock(&mut picked, &m, &mut env);
+                    let n = picked.len();
+                    let (changes, r) = mlock(&mut picked, &OPEN[..n], &m, &mut env);
                     drop(picked);
                     sim.absorb(ks.iter().copied().zip(changes).collect(), &mut ready);
                     match r {

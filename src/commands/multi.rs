@@ -4,7 +4,7 @@
 use redis_lease_core::multi::Ready;
 use redis_lease_core::multi::{grant_ready, mlock as core_mlock, mrenew as core_mrenew};
 use redis_lease_core::multi::{munlock as core_munlock, MultiAcquire, MultiError, MultiRequest};
-use redis_lease_core::{Changes, Env, Id, Kind, LockError, Mode, RwLock, Wait};
+use redis_lease_core::{Changes, Env, Grants, Id, Kind, LockError, Mode, RwLock, Wait};
 
 use super::{deadlock, held_id, new_id, new_wait, opts, refused, token, ttl, writable, Outcome};
 use crate::commit::{decide_many, Open, Origin};
@@ -86,10 +86,10 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
         keys,
         Open::Create,
         origin(args, at, &owner),
-        |values, env| {
+        |values, grants, env| {
             let (mut changes, mut result) = {
                 let mut locks: Vec<&mut RwLock> = values.iter_mut().map(|v| &mut v.core).collect();
-                core_mlock(&mut locks, &req, env)
+                core_mlock(&mut locks, grants, &req, env)
             };
             if let (Ok(MultiAcquire::Queued), Some(w)) = (&result, wait) {
                 let open: Vec<_> = values
@@ -138,11 +138,14 @@ pub fn mlock(ctx: &Ctx, args: &Args) -> Outcome {
         Ok(MultiAcquire::Busy) => Ok(Reply::Nil),
         Ok(MultiAcquire::Queued) => Ok(Reply::Parked),
         Err(e) if e.error == LockError::Deadlock => Err(deadlock()),
-        Err(e) => {
-            let ReplyError(text) = refused(e.error);
-            Err(format!("{text} (key {})", e.key + 1).into())
-        }
+        Err(e) => Err(refused_at(e).into()),
     }
+}
+
+/// A refusal's text, naming the key that refused (`(key n)`, counted from 1).
+fn refused_at(e: MultiError) -> String {
+    let ReplyError(text) = refused(e.error);
+    format!("{text} (key {})", e.key + 1)
 }
 
 /// Runs a multi-key change of `owner`'s holds on the existing keys.
@@ -152,16 +155,16 @@ fn change_all<T>(
     names: &[RStr],
     at: usize,
     owner: &Id,
-    op: impl FnOnce(&mut [&mut RwLock], &mut Env) -> (Vec<Changes>, T),
+    op: impl FnOnce(&mut [&mut RwLock], &[Grants], &mut Env) -> (Vec<Changes>, T),
 ) -> Result<T, ReplyError> {
     let keys = open_all(ctx, names)?;
     let out = decide_many(
         keys,
         Open::Existing,
         origin(args, at, owner),
-        |values, env| {
+        |values, grants, env| {
             let mut locks: Vec<&mut RwLock> = values.iter_mut().map(|v| &mut v.core).collect();
-            op(&mut locks, env)
+            op(&mut locks, grants, env)
         },
     )
     .map_err(|_| ReplyError::from(WRONGTYPE))?;
@@ -177,8 +180,8 @@ pub fn munlock(ctx: &Ctx, args: &Args) -> Outcome {
         return Err("ERR wrong number of arguments for 'rwlock.munlock' command".into());
     }
     let owner = held_id(args, at, "owner")?;
-    let n = change_all(ctx, args, &names, at, &owner, |locks, env| {
-        core_munlock(locks, &owner, env)
+    let n = change_all(ctx, args, &names, at, &owner, |locks, grants, env| {
+        core_munlock(locks, grants, &owner, env)
     })?;
     Ok(Reply::Int(n as i64))
 }
@@ -193,8 +196,8 @@ pub fn mrenew(ctx: &Ctx, args: &Args) -> Outcome {
     }
     let owner = held_id(args, at, "owner")?;
     let ttl = ttl(args, at + 1)?;
-    let n = change_all(ctx, args, &names, at, &owner, |locks, env| {
-        core_mrenew(locks, &owner, ttl, env)
+    let n = change_all(ctx, args, &names, at, &owner, |locks, grants, env| {
+        core_mrenew(locks, grants, &owner, ttl, env)
     })?;
     Ok(Reply::Int(n.map_err(refused)? as i64))
 }
@@ -254,24 +257,24 @@ fn try_grant(ctx: &Ctx, id: u64, g: &Group) {
         owner: None,
         own: false,
     };
-    let ready = decide_many(keys, Open::Existing, origin, |values, env| {
-        if values.iter().any(|v| v.slot.is_none()) {
-            // A key that is gone (with no lobby to become it): nothing is granted on a key
-            // that does not exist. Its waiters were answered as it went.
-            let none = values.iter().map(|_| Changes::default()).collect();
-            return (none, Ready::NotYet);
-        }
+    // Every key made if missing: a key the owner held and let go meanwhile (or a free key
+    // that went back to the lobby) gets the request queued there again, in its place.
+    let ready = decide_many(keys, Open::Create, origin, |values, grants, env| {
         let mut locks: Vec<&mut RwLock> = values.iter_mut().map(|v| &mut v.core).collect();
-        grant_ready(&mut locks, &req, env)
+        grant_ready(&mut locks, grants, &req, env)
     });
     match ready {
         Ok(Ready::Granted(tokens)) => {
             waiters::answer(id, waiters::Answer::Tokens(tokens));
         }
         Ok(Ready::Refused(e)) => {
-            let text = refused(e).0.into_owned();
+            let text = refused_at(e);
             waiters::answer(id, waiters::Answer::Refused(text));
         }
-        Ok(Ready::NotYet) | Err(_) => {}
+        Ok(Ready::NotYet) => state::with(move |s| s.waiters.unready(id)),
+        Err(_) => {
+            // One of its keys became a key of another kind: it can never be granted there.
+            waiters::answer(id, waiters::Answer::WrongType);
+        }
     }
 }

@@ -238,11 +238,6 @@ fn a_block_shorter_than_the_bound_is_no_stall() {
     assert_eq!(stalls(&mut c), 1, "DEBUG SLEEP 2 is a stall");
 }
 
-fn send_text(w: &mut Sock, args: &[&str]) {
-    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-    w.send(&a);
-}
-
 fn waiters(c: &mut Connection) -> i64 {
     info_int(c, "lease", "lease_waiters")
 }
@@ -261,7 +256,7 @@ fn a_wait_is_neither_lengthened_nor_cut_short_by_a_step_of_the_wall_clock() {
     // Back: a WAIT 1500 still ends about 1.5 s after it was asked.
     let mut w = Sock::connect(s.server.port);
     let sent = Instant::now();
-    send_text(&mut w, &["RWLOCK.WLOCK", "k", "b", "1000", "WAIT", "1500"]);
+    w.send_text(&["RWLOCK.WLOCK", "k", "b", "1000", "WAIT", "1500"]);
     until(Duration::from_secs(5), "b parks", || waiters(&mut c) == 1);
     s.shift(-5000);
     let r = w.reply_within(Duration::from_secs(9), "b's wait");
@@ -273,7 +268,7 @@ fn a_wait_is_neither_lengthened_nor_cut_short_by_a_step_of_the_wall_clock() {
     );
     // Forward: a WAIT 3000 is not over at once when the wall clock jumps 10 s ahead.
     let sent = Instant::now();
-    send_text(&mut w, &["RWLOCK.WLOCK", "k", "c", "1000", "WAIT", "3000"]);
+    w.send_text(&["RWLOCK.WLOCK", "k", "c", "1000", "WAIT", "3000"]);
     until(Duration::from_secs(5), "c parks", || waiters(&mut c) == 1);
     s.shift(5000);
     let r = w.reply_within(Duration::from_secs(9), "c's wait");
@@ -302,7 +297,7 @@ fn a_lobby_wait_is_not_lengthened_by_a_backward_step_of_the_wall_clock() {
     assert!(quarantine_left(&mut c) > 20_000);
     let mut w = Sock::connect(s.server.port);
     let sent = Instant::now();
-    send_text(&mut w, &["RWLOCK.WLOCK", "q", "b", "1000", "WAIT", "1500"]);
+    w.send_text(&["RWLOCK.WLOCK", "q", "b", "1000", "WAIT", "1500"]);
     until(Duration::from_secs(5), "b parks in the lobby", || {
         waiters(&mut c) == 1
     });

@@ -20,15 +20,10 @@ fn lobby(c: &mut Connection) -> i64 {
     info_int(c, "lease", "lease_lobby_waiters")
 }
 
-fn send_text(w: &mut Sock, args: &[&str]) {
-    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-    w.send(&a);
-}
-
 /// Sends a request that should park; waits until the lobby counts `n` waiters.
 fn park(s: &Server, c: &mut Connection, args: &[&str], n: i64) -> Sock {
     let mut w = Sock::connect(s.port);
-    send_text(&mut w, args);
+    w.send_text(args);
     until(Duration::from_secs(10), "the request parks", || {
         lobby(c) == n
     });
@@ -38,7 +33,7 @@ fn park(s: &Server, c: &mut Connection, args: &[&str], n: i64) -> Sock {
 /// The reply to a request that must be answered at once (not parked).
 fn at_once(s: &Server, args: &[&str]) -> Resp {
     let mut w = Sock::connect(s.port);
-    send_text(&mut w, args);
+    w.send_text(args);
     w.try_reply(Duration::from_secs(3))
         .unwrap()
         .unwrap_or_else(|| panic!("{args:?} was parked instead of answered"))

@@ -21,15 +21,7 @@ fn tokens(r: &Resp) -> Vec<i64> {
 
 /// The owners holding `key` now (from RWLOCK.INFO).
 fn holders(c: &mut Sock, key: &str) -> Vec<String> {
-    let info = c.cmd(&["RWLOCK.INFO", key]);
-    info.get("holders")
-        .map(|h| {
-            h.array()
-                .iter()
-                .map(|e| String::from_utf8_lossy(e.get("owner").unwrap().bytes()).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    c.owners(key, "holders")
 }
 
 /// No reply arrives on `w` for a while: it is parked.

@@ -22,26 +22,13 @@ fn sock_db(s: &Server, db: i64) -> Sock {
     c
 }
 
-fn send_text(w: &mut Sock, args: &[&str]) {
-    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-    w.send(&a);
-}
-
 fn tokens(r: &Resp) -> Vec<i64> {
     r.array().iter().map(|t| t.int()).collect()
 }
 
 /// The owners holding `key` now (from RWLOCK.INFO).
 fn holders(c: &mut Sock, key: &str) -> Vec<String> {
-    let info = c.cmd(&["RWLOCK.INFO", key]);
-    info.get("holders")
-        .map(|h| {
-            h.array()
-                .iter()
-                .map(|e| String::from_utf8_lossy(e.get("owner").unwrap().bytes()).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    c.owners(key, "holders")
 }
 
 /// `waiters` of RWLOCK.INFO `key`.
@@ -53,25 +40,7 @@ fn key_waiters(c: &mut Sock, key: &str) -> i64 {
 
 /// The owners in `queue` of RWLOCK.INFO `key`, in order.
 fn queue(c: &mut Sock, key: &str) -> Vec<String> {
-    let info = c.cmd(&["RWLOCK.INFO", key]);
-    info.get("queue")
-        .map(|q| {
-            q.array()
-                .iter()
-                .map(|e| String::from_utf8_lossy(e.get("owner").unwrap().bytes()).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// One integer field of `INFO lease`, read over a raw socket.
-fn lease_int(c: &mut Sock, field: &str) -> i64 {
-    let i = c.cmd(&["INFO", "lease"]);
-    let t = String::from_utf8_lossy(i.bytes()).into_owned();
-    t.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse::<i64>().ok())
-        .unwrap_or_else(|| panic!("INFO lease has no {field}"))
+    c.owners(key, "queue")
 }
 
 /// No reply arrives on `w` for a while: it is parked.
@@ -83,7 +52,7 @@ fn parked(w: &mut Sock, what: &str) {
 /// Waits until the server counts `n` parked requests.
 fn await_parked(c: &mut Sock, n: i64) {
     until(Duration::from_secs(10), "the requests park", || {
-        lease_int(c, "lease_waiters") == n
+        c.lease_int("lease_waiters") == n
     });
 }
 
@@ -103,10 +72,7 @@ fn swapdb_carries_a_parked_multi_key_request() {
     let mut c0 = sock(&s);
     assert!(c0.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
     parked(&mut m, "MLOCK a b");
     assert_eq!(c0.cmd(&["SWAPDB", "0", "1"]).bytes(), b"OK");
     let mut c1 = sock_db(&s, 1);
@@ -150,17 +116,14 @@ fn a_reload_keeps_a_multi_key_request_on_every_key() {
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     assert!(c.cmd(&["RWLOCK.WLOCK", "b", "y", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     assert_eq!(queue(&mut c, "b"), vec!["m"]);
     assert_eq!(c.cmd(&["DEBUG", "RELOAD"]).bytes(), b"OK");
     let (qa, qb) = (queue(&mut c, "a"), queue(&mut c, "b"));
     // A later request on b, then b's holder lets go.
     let mut w = sock(&s);
-    send_text(&mut w, &["RWLOCK.WLOCK", "b", "w", LONG, "WAIT", "0"]);
+    w.send_text(&["RWLOCK.WLOCK", "b", "w", LONG, "WAIT", "0"]);
     await_parked(&mut c, 2);
     assert_eq!(c.cmd(&["RWLOCK.UNLOCK", "b", "y"]).int(), 1);
     let overtaken = w.try_reply(Duration::from_millis(500)).expect("connection");
@@ -188,18 +151,18 @@ fn late_timer(request: &[&str]) -> Resp {
         let t0 = Instant::now();
         assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", "400"]).int() > 0);
         let mut m = sock(&s);
-        send_text(&mut m, request);
+        m.send_text(request);
         // Parked (INFO counts it), then the server is blocked long before either deadline.
         let mut d = sock(&s);
         until(Duration::from_secs(2), "the request parks", || {
-            lease_int(&mut d, "lease_waiters") == 1
+            d.lease_int("lease_waiters") == 1
         });
         if t0.elapsed() > Duration::from_millis(200) {
             eprintln!("attempt {attempt}: too slow to set up ({:?})", t0.elapsed());
             continue;
         }
         // 0.9 s: from about 50 ms to about 950 ms (the lease ends at 400, the wait at 700).
-        send_text(&mut d, &["DEBUG", "SLEEP", "0.9"]);
+        d.send_text(&["DEBUG", "SLEEP", "0.9"]);
         let r = m.reply_within(Duration::from_secs(5), "the parked request");
         assert_eq!(d.reply("DEBUG SLEEP").bytes(), b"OK");
         assert!(
@@ -253,20 +216,17 @@ fn waiting_on_a_key_that_left_the_lobby() -> (Server, Sock) {
         b"OK"
     );
     assert_eq!(c.cmd(&["DEBUG", "RELOAD"]).bytes(), b"OK");
-    assert!(lease_int(&mut c, "lease_quarantine_ms") > 1000);
+    assert!(c.lease_int("lease_quarantine_ms") > 1000);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", "2000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", "2000", "WAIT", "0"]);
     await_parked(&mut c, 1);
     assert_eq!(
-        lease_int(&mut c, "lease_lobby_waiters"),
+        c.lease_int("lease_lobby_waiters"),
         1,
         "b waits in the lobby"
     );
     until(Duration::from_secs(10), "the quarantine ends", || {
-        lease_int(&mut c, "lease_quarantine_ms") == 0
+        c.lease_int("lease_quarantine_ms") == 0
     });
     // Past the lobby's wake-up as grants opened.
     std::thread::sleep(Duration::from_millis(300));
@@ -275,7 +235,7 @@ fn waiting_on_a_key_that_left_the_lobby() -> (Server, Sock) {
         0,
         "a key b that holds nothing"
     );
-    assert_eq!(lease_int(&mut c, "lease_lobby_waiters"), 1);
+    assert_eq!(c.lease_int("lease_lobby_waiters"), 1);
     assert_eq!(queue(&mut c, "a"), vec!["m"]);
     assert_eq!(queue(&mut c, "b"), vec!["m"]);
     (s, m)
@@ -292,13 +252,13 @@ fn waiting_on_a_key_that_left_the_lobby() -> (Server, Sock) {
 fn a_cycle_through_a_multi_key_request_whose_key_left_the_lobby_is_refused() {
     let (s, mut m) = waiting_on_a_key_that_left_the_lobby();
     let mut h = sock(&s);
-    send_text(&mut h, &["RWLOCK.WLOCK", "b", "h", "1000", "WAIT", "0"]);
+    h.send_text(&["RWLOCK.WLOCK", "b", "h", "1000", "WAIT", "0"]);
     let r = h.try_reply(Duration::from_secs(2)).expect("connection");
     let mut c = sock(&s);
     let stuck = (
         queue(&mut c, "a"),
         queue(&mut c, "b"),
-        lease_int(&mut c, "lease_deadlocks"),
+        c.lease_int("lease_deadlocks"),
     );
     assert!(
         matches!(&r, Some(Resp::Error(e)) if e.starts_with("DEADLOCK")),
@@ -318,10 +278,7 @@ fn a_cycle_through_a_multi_key_request_is_refused() {
     let mut c = sock(&s);
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "h", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", "2000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", "2000", "WAIT", "0"]);
     await_parked(&mut c, 1);
     let r = c.cmd(&["RWLOCK.WLOCK", "b", "h", "1000", "WAIT", "0"]);
     assert!(r.err().starts_with("DEADLOCK"), "{r:?}");
@@ -338,7 +295,7 @@ fn a_multi_key_request_whose_key_left_the_lobby_leaves_every_queue() {
     let mut c = sock(&s);
     drop(m);
     until(Duration::from_secs(5), "m left", || {
-        lease_int(&mut c, "lease_waiters") == 0
+        c.lease_int("lease_waiters") == 0
     });
     assert_eq!(key_waiters(&mut c, "b"), 0);
     let ok = eventually(Duration::from_secs(3), || key_waiters(&mut c, "a") == 0);
@@ -348,7 +305,7 @@ fn a_multi_key_request_whose_key_left_the_lobby_leaves_every_queue() {
          request parked on it left",
         key_waiters(&mut c, "a"),
         queue(&mut c, "a"),
-        lease_int(&mut c, "lease_waiters")
+        c.lease_int("lease_waiters")
     );
 }
 
@@ -411,7 +368,7 @@ fn munlock_next_to_an_evicted_name_hands_the_free_key_on() {
     let mut k = sock(&s);
     assert!(k.cmd(&["RWLOCK.WLOCK", "a", "H", LONG]).int() > 0);
     let mut w = sock(&s);
-    send_text(&mut w, &["RWLOCK.WLOCK", "a", "W", LONG, "WAIT", "0"]);
+    w.send_text(&["RWLOCK.WLOCK", "a", "W", LONG, "WAIT", "0"]);
     await_parked(&mut k, 1);
     assert_eq!(k.cmd(&["RWLOCK.MUNLOCK", "2", "a", "b", "H"]).int(), 1);
     let got = w.try_reply(Duration::from_secs(2)).expect("connection");
@@ -445,7 +402,7 @@ fn unlock_next_to_an_evicted_name_hands_the_free_key_on() {
     let mut k = sock(&s);
     assert!(k.cmd(&["RWLOCK.WLOCK", "a", "H", LONG]).int() > 0);
     let mut w = sock(&s);
-    send_text(&mut w, &["RWLOCK.WLOCK", "a", "W", LONG, "WAIT", "0"]);
+    w.send_text(&["RWLOCK.WLOCK", "a", "W", LONG, "WAIT", "0"]);
     await_parked(&mut k, 1);
     assert_eq!(k.cmd(&["RWLOCK.UNLOCK", "a", "H"]).int(), 1);
     let got = w.reply_within(Duration::from_secs(2), "W");
@@ -469,21 +426,13 @@ fn a_multi_key_request_whose_key_was_replaced_by_a_semaphore_before_a_reload() {
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     assert!(c.cmd(&["RWLOCK.WLOCK", "b", "y", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
-    let mut pipe = Vec::new();
-    for args in [
-        &["DEL", "b"][..],
-        &["SEMAPHORE.ACQUIRE", "b", "s", "1", LONG][..],
-        &["DEBUG", "RELOAD"][..],
-    ] {
-        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        pipe.extend(redis_lease_testkit::socket::encode(&a));
-    }
-    c.send_raw(&pipe);
+    c.send_pipeline(&[
+        &["DEL", "b"],
+        &["SEMAPHORE.ACQUIRE", "b", "s", "1", LONG],
+        &["DEBUG", "RELOAD"],
+    ]);
     assert_eq!(c.reply("DEL").int(), 1);
     assert!(c.reply("ACQUIRE").int() > 0);
     assert_eq!(c.reply("DEBUG RELOAD").bytes(), b"OK");
@@ -508,18 +457,13 @@ fn a_lock_waiter_whose_key_was_replaced_by_a_semaphore_before_a_reload() {
     let mut c = sock(&s);
     assert!(c.cmd(&["RWLOCK.WLOCK", "b", "y", LONG]).int() > 0);
     let mut w = sock(&s);
-    send_text(&mut w, &["RWLOCK.WLOCK", "b", "w", LONG, "WAIT", "0"]);
+    w.send_text(&["RWLOCK.WLOCK", "b", "w", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
-    let mut pipe = Vec::new();
-    for args in [
-        &["DEL", "b"][..],
-        &["SEMAPHORE.ACQUIRE", "b", "s", "2", LONG][..],
-        &["DEBUG", "RELOAD"][..],
-    ] {
-        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        pipe.extend(redis_lease_testkit::socket::encode(&a));
-    }
-    c.send_raw(&pipe);
+    c.send_pipeline(&[
+        &["DEL", "b"],
+        &["SEMAPHORE.ACQUIRE", "b", "s", "2", LONG],
+        &["DEBUG", "RELOAD"],
+    ]);
     assert_eq!(c.reply("DEL").int(), 1);
     assert!(c.reply("ACQUIRE").int() > 0);
     assert_eq!(c.reply("DEBUG RELOAD").bytes(), b"OK");
@@ -554,13 +498,10 @@ fn flushall_of_a_key_of_a_request_waiting_in_the_lobby() {
     );
     assert_eq!(c.cmd(&["DEBUG", "RELOAD"]).bytes(), b"OK");
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", "2000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", "2000", "WAIT", "0"]);
     await_parked(&mut c, 1);
     assert_eq!(
-        lease_int(&mut c, "lease_lobby_waiters"),
+        c.lease_int("lease_lobby_waiters"),
         1,
         "a waits in the lobby"
     );
@@ -573,7 +514,7 @@ fn flushall_of_a_key_of_a_request_waiting_in_the_lobby() {
     }
     // Not answered: then at least when grants open (b is free: nobody holds it).
     until(Duration::from_secs(10), "the quarantine ends", || {
-        lease_int(&mut c, "lease_quarantine_ms") == 0
+        c.lease_int("lease_quarantine_ms") == 0
     });
     let later = m.try_reply(Duration::from_secs(3)).expect("connection");
     let (qa, other) = (
@@ -600,14 +541,11 @@ fn info_counts_one_parked_multi_key_request_in_the_lobby_once() {
     let s = Server::with(debug_opts().module_arg("quarantine", "20000"));
     let mut c = sock(&s);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", "1000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", "1000", "WAIT", "0"]);
     await_parked(&mut c, 1);
     let (lobby, waiting) = (
-        lease_int(&mut c, "lease_lobby_waiters"),
-        lease_int(&mut c, "lease_waiters"),
+        c.lease_int("lease_lobby_waiters"),
+        c.lease_int("lease_waiters"),
     );
     assert_eq!(
         (lobby, waiting),
@@ -652,35 +590,23 @@ fn replica_and_aof_equal_the_master_after_multi_key_side_paths() {
     assert_eq!(c.cmd(&["RWLOCK.MUNLOCK", "2", "k1", "nokey", "o"]).int(), 1);
     // Parked, granted at UNLOCK.
     let mut p1 = sock(&s);
-    send_text(
-        &mut p1,
-        &["RWLOCK.MLOCK", "2", "k2", "k4", "p1", LONG, "WAIT", "0"],
-    );
+    p1.send_text(&["RWLOCK.MLOCK", "2", "k2", "k4", "p1", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     assert_eq!(c.cmd(&["RWLOCK.UNLOCK", "k2", "o"]).int(), 1);
     assert_eq!(tokens(&p1.reply("p1")).len(), 2);
     // Parked, granted by the timer at a lapse.
     assert!(c.cmd(&["RWLOCK.WLOCK", "k5", "short", "300"]).int() > 0);
     let mut p2 = sock(&s);
-    send_text(
-        &mut p2,
-        &["RWLOCK.MLOCK", "2", "k5", "k6", "p2", LONG, "WAIT", "5000"],
-    );
+    p2.send_text(&["RWLOCK.MLOCK", "2", "k5", "k6", "p2", LONG, "WAIT", "5000"]);
     assert_eq!(tokens(&p2.reply("p2")).len(), 2);
     // Parked, timed out.
     let mut p3 = sock(&s);
-    send_text(
-        &mut p3,
-        &["RWLOCK.MLOCK", "2", "k7", "k5", "p3", LONG, "WAIT", "300"],
-    );
+    p3.send_text(&["RWLOCK.MLOCK", "2", "k7", "k5", "p3", LONG, "WAIT", "300"]);
     assert!(p3.reply("p3").is_nil());
     // Parked, its client killed.
     let mut p4 = sock(&s);
     let id4 = p4.cmd(&["CLIENT", "ID"]).int();
-    send_text(
-        &mut p4,
-        &["RWLOCK.MLOCK", "2", "k8", "k5", "p4", LONG, "WAIT", "0"],
-    );
+    p4.send_text(&["RWLOCK.MLOCK", "2", "k8", "k5", "p4", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     assert_eq!(c.cmd(&["CLIENT", "KILL", "ID", &id4.to_string()]).int(), 1);
     await_parked(&mut c, 0);
@@ -690,10 +616,7 @@ fn replica_and_aof_equal_the_master_after_multi_key_side_paths() {
     assert!(c.cmd(&["RWLOCK.RLOCK", "k10", "u", LONG]).int() > 0);
     assert!(c.cmd(&["RWLOCK.RLOCK", "k10", "v", LONG]).int() > 0);
     let mut p6 = sock(&s);
-    send_text(
-        &mut p6,
-        &["RWLOCK.MLOCK", "1", "k10", "u", LONG, "WAIT", "0"],
-    );
+    p6.send_text(&["RWLOCK.MLOCK", "1", "k10", "u", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     // An AOF rewrite and a reload while it waits (one key: a reload loses a multi-key
     // request's place on its other keys, see the a_reload_keeps_* tests).
@@ -701,20 +624,17 @@ fn replica_and_aof_equal_the_master_after_multi_key_side_paths() {
     wait_persistence_idle(&mut conn(&s));
     assert_eq!(c.cmd(&["DEBUG", "RELOAD"]).bytes(), b"OK");
     let mut p5 = sock(&s);
-    send_text(
-        &mut p5,
-        &[
-            "RWLOCK.MLOCK",
-            "2",
-            "k9",
-            "k11",
-            "r",
-            LONG,
-            "READ",
-            "WAIT",
-            "0",
-        ],
-    );
+    p5.send_text(&[
+        "RWLOCK.MLOCK",
+        "2",
+        "k9",
+        "k11",
+        "r",
+        LONG,
+        "READ",
+        "WAIT",
+        "0",
+    ]);
     await_parked(&mut c, 2);
     assert_eq!(c.cmd(&["RWLOCK.UNLOCK", "k11", "w"]).int(), 1);
     assert_eq!(tokens(&p5.reply("p5")).len(), 2);
@@ -759,10 +679,7 @@ fn a_demotion_answers_a_parked_multi_key_request_once() {
     let mut c = sock(&s);
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     assert_eq!(
         c.cmd(&["REPLICAOF", "127.0.0.1", &other.port.to_string()])
@@ -782,8 +699,8 @@ fn a_demotion_answers_a_parked_multi_key_request_once() {
         .map_or(true, |r| r.is_none()));
     sync(&other, &s);
     converge(&other, &s, Duration::from_secs(10), "demoted");
-    assert_eq!(lease_int(&mut c, "lease_waiters"), 0);
-    assert_eq!(lease_int(&mut c, "lease_lobby_waiters"), 0);
+    assert_eq!(c.lease_int("lease_waiters"), 0);
+    assert_eq!(c.lease_int("lease_lobby_waiters"), 0);
 }
 
 /// COMMANDS.md: "A reload (`DEBUG RELOAD`) is not a deletion: waiters whose key comes back
@@ -799,20 +716,17 @@ fn a_reload_keeps_a_reentrant_multi_key_request() {
     assert!(c.cmd(&["RWLOCK.RLOCK", "a", "r", LONG]).int() > 0);
     assert!(c.cmd(&["RWLOCK.WLOCK", "b", "w", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &[
-            "RWLOCK.MLOCK",
-            "2",
-            "a",
-            "b",
-            "r",
-            LONG,
-            "READ",
-            "WAIT",
-            "0",
-        ],
-    );
+    m.send_text(&[
+        "RWLOCK.MLOCK",
+        "2",
+        "a",
+        "b",
+        "r",
+        LONG,
+        "READ",
+        "WAIT",
+        "0",
+    ]);
     await_parked(&mut c, 1);
     assert_eq!(queue(&mut c, "b"), vec!["r"]);
     assert_eq!(c.cmd(&["DEBUG", "RELOAD"]).bytes(), b"OK");
@@ -824,7 +738,7 @@ fn a_reload_keeps_a_reentrant_multi_key_request() {
         "after DEBUG RELOAD the parked MLOCK a b READ was in no queue (b's queue after the \
          reload: {qb:?}) and b's writer let go: reply {got:?}; lease_waiters {} (it waits \
          forever: nothing will ever report it ready)",
-        lease_int(&mut c, "lease_waiters")
+        c.lease_int("lease_waiters")
     );
 }
 
@@ -837,10 +751,7 @@ fn a_reload_keeps_a_multi_key_request_whose_other_key_is_free() {
     let mut c = sock(&s);
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     let before = (queue(&mut c, "a"), queue(&mut c, "b"));
     assert_eq!(c.cmd(&["DEBUG", "RELOAD"]).bytes(), b"OK");
@@ -895,19 +806,16 @@ fn every_way_a_key_of_a_parked_request_goes_answers_lockgone_once() {
             assert!(c.cmd(&["RWLOCK.WLOCK", "b", "y", LONG]).int() > 0);
             let mut m = sock(&s);
             let keys = if first { ["b", "a"] } else { ["a", "b"] };
-            send_text(
-                &mut m,
-                &[
-                    "RWLOCK.MLOCK",
-                    "2",
-                    keys[0],
-                    keys[1],
-                    "m",
-                    LONG,
-                    "WAIT",
-                    "0",
-                ],
-            );
+            m.send_text(&[
+                "RWLOCK.MLOCK",
+                "2",
+                keys[0],
+                keys[1],
+                "m",
+                LONG,
+                "WAIT",
+                "0",
+            ]);
             await_parked(&mut c, 1);
             let args: Vec<&[u8]> = how
                 .iter()
@@ -951,10 +859,7 @@ fn cycles_through_a_multi_key_request_and_other_kinds_are_refused() {
     assert!(c.cmd(&["LEADER.CAMPAIGN", "e", "o1", LONG]).int() > 0);
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "o2", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "b", "a", "o1", LONG, "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "b", "a", "o1", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     let r = c.cmd(&["LEADER.CAMPAIGN", "e", "o2", LONG, "WAIT", "0"]);
     assert!(r.err().starts_with("DEADLOCK"), "{r:?}");
@@ -963,14 +868,11 @@ fn cycles_through_a_multi_key_request_and_other_kinds_are_refused() {
     assert!(c.cmd(&["SEMAPHORE.ACQUIRE", "s", "o3", "1", LONG]).int() > 0);
     assert!(c.cmd(&["RWLOCK.RLOCK", "c", "o4", LONG]).int() > 0);
     let mut m2 = sock(&s);
-    send_text(
-        &mut m2,
-        &["RWLOCK.MLOCK", "2", "c", "d", "o3", LONG, "WAIT", "0"],
-    );
+    m2.send_text(&["RWLOCK.MLOCK", "2", "c", "d", "o3", LONG, "WAIT", "0"]);
     await_parked(&mut c, 2);
     let r = c.cmd(&["SEMAPHORE.ACQUIRE", "s", "o4", "1", LONG, "WAIT", "0"]);
     assert!(r.err().starts_with("DEADLOCK"), "{r:?}");
-    assert_eq!(lease_int(&mut c, "lease_deadlocks"), 2);
+    assert_eq!(c.lease_int("lease_deadlocks"), 2);
     assert_eq!(c.cmd(&["RWLOCK.UNLOCK", "a", "o2"]).int(), 1);
     assert_eq!(tokens(&m.reply("o1's MLOCK")).len(), 2);
     assert_eq!(c.cmd(&["RWLOCK.UNLOCK", "c", "o4"]).int(), 1);
@@ -996,10 +898,7 @@ fn a_parked_request_refused_at_its_grant_names_the_key() {
     );
     assert!(c.cmd(&["RWLOCK.WLOCK", "b", "y", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "o", "1000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "o", "1000", "WAIT", "0"]);
     await_parked(&mut c, 1);
     std::thread::sleep(Duration::from_millis(600));
     assert!(c.cmd(&["RWLOCK.RENEW", "a", "o", "800"]).int() > 0);
@@ -1030,10 +929,7 @@ fn a_replica_has_the_masters_keys_while_a_multi_key_request_waits() {
     let mut c = sock(&s);
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     sync(&s, &replica);
     let (dm, dr) = (dataset(&mut conn(&s)), dataset(&mut conn(&replica)));
@@ -1053,10 +949,7 @@ fn a_replica_and_the_aof_end_up_with_the_masters_keys_after_a_multi_key_wait() {
     let mut c = sock(&s);
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "3000"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "3000"]);
     await_parked(&mut c, 1);
     let replica = start_replica(&s);
     sync(&s, &replica);
@@ -1091,13 +984,10 @@ fn ending_the_quarantine_serves_a_multi_key_request_in_two_lobbies_first() {
     let s = Server::with(debug_opts().module_arg("quarantine", "20000"));
     let mut c = sock(&s);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", "1000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", "1000", "WAIT", "0"]);
     await_parked(&mut c, 1);
     let mut w = sock(&s);
-    send_text(&mut w, &["RWLOCK.WLOCK", "b", "w", "1000", "WAIT", "0"]);
+    w.send_text(&["RWLOCK.WLOCK", "b", "w", "1000", "WAIT", "0"]);
     await_parked(&mut c, 2);
     assert_eq!(queue(&mut c, "b"), vec!["m", "w"]);
     assert_eq!(
@@ -1126,20 +1016,9 @@ fn a_stall_holds_back_a_multi_key_grant_until_the_new_quarantine_ends() {
         b"OK"
     );
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "b", "m", "1000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", "1000", "WAIT", "0"]);
     await_parked(&mut c, 1);
-    let mut pipe = Vec::new();
-    for args in [
-        &["DEBUG", "SLEEP", "1.3"][..],
-        &["RWLOCK.UNLOCK", "a", "x"][..],
-    ] {
-        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        pipe.extend(redis_lease_testkit::socket::encode(&a));
-    }
-    c.send_raw(&pipe);
+    c.send_pipeline(&[&["DEBUG", "SLEEP", "1.3"], &["RWLOCK.UNLOCK", "a", "x"]]);
     assert_eq!(
         c.reply_within(Duration::from_secs(5), "DEBUG SLEEP")
             .bytes(),
@@ -1154,7 +1033,7 @@ fn a_stall_holds_back_a_multi_key_grant_until_the_new_quarantine_ends() {
         "granted {:?} after the release, inside the stall's quarantine",
         released.elapsed()
     );
-    assert!(lease_int(&mut c, "lease_stalls") >= 1);
+    assert!(c.lease_int("lease_stalls") >= 1);
     assert!(m.try_reply(Duration::from_millis(200)).unwrap().is_none());
 }
 
@@ -1167,18 +1046,12 @@ fn two_parked_requests_of_one_owner_on_an_overlapping_key() {
     let mut c = sock(&s);
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     let mut g1 = sock(&s);
-    send_text(
-        &mut g1,
-        &["RWLOCK.MLOCK", "2", "a", "b", "o", LONG, "WAIT", "0"],
-    );
+    g1.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "o", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
     let mut g2 = sock(&s);
-    send_text(
-        &mut g2,
-        &["RWLOCK.MLOCK", "2", "b", "c", "o", LONG, "WAIT", "0"],
-    );
+    g2.send_text(&["RWLOCK.MLOCK", "2", "b", "c", "o", LONG, "WAIT", "0"]);
     await_parked(&mut c, 2);
-    assert_eq!(lease_int(&mut c, "lease_deadlocks"), 0);
+    assert_eq!(c.lease_int("lease_deadlocks"), 0);
     assert_eq!(c.cmd(&["RWLOCK.UNLOCK", "a", "x"]).int(), 1);
     let t1 = tokens(&g1.reply("first"));
     let t2 = tokens(&g2.reply("second"));
@@ -1213,10 +1086,7 @@ fn a_request_whose_reentrant_key_was_let_go_while_it_waits() {
         assert!(c.cmd(&["RWLOCK.WLOCK", "a", "o", ttl]).int() > 0);
         assert!(c.cmd(&["RWLOCK.WLOCK", "b", "y", LONG]).int() > 0);
         let mut m = sock(&s);
-        send_text(
-            &mut m,
-            &["RWLOCK.MLOCK", "2", "a", "b", "o", "1000", "WAIT", "0"],
-        );
+        m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "o", "1000", "WAIT", "0"]);
         await_parked(&mut c, 1);
         if how == "UNLOCK" {
             assert_eq!(c.cmd(&["RWLOCK.UNLOCK", "a", "o"]).int(), 1);
@@ -1280,10 +1150,7 @@ fn evicted_lease_case(when: &str) -> bool {
         let mut k = sock(&s);
         let mut m = sock(&s);
         if when == "before" {
-            send_text(
-                &mut m,
-                &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-            );
+            m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
             await_parked(&mut k, 1);
         }
         evict_keeping(&mut c, "b", &["a"]);
@@ -1291,13 +1158,10 @@ fn evicted_lease_case(when: &str) -> bool {
             return false;
         }
         if when == "after" {
-            send_text(
-                &mut m,
-                &["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"],
-            );
+            m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
             await_parked(&mut k, 1);
         }
-        assert_eq!(lease_int(&mut k, "lease_lobby_waiters"), 1, "{when}");
+        assert_eq!(k.lease_int("lease_lobby_waiters"), 1, "{when}");
         assert_eq!(k.cmd(&["RWLOCK.UNLOCK", "a", "x"]).int(), 1);
         let r = m.reply_within(Duration::from_secs(10), "MLOCK a b");
         assert!(
@@ -1309,8 +1173,8 @@ fn evicted_lease_case(when: &str) -> bool {
         assert_eq!(holders(&mut k, "a"), vec!["m"]);
         assert_eq!(holders(&mut k, "b"), vec!["m"]);
         assert!(m.try_reply(Duration::from_millis(200)).unwrap().is_none());
-        assert_eq!(lease_int(&mut k, "lease_waiters"), 0);
-        assert_eq!(lease_int(&mut k, "lease_lobby_waiters"), 0);
+        assert_eq!(k.lease_int("lease_waiters"), 0);
+        assert_eq!(k.lease_int("lease_lobby_waiters"), 0);
     }
     true
 }
@@ -1391,13 +1255,10 @@ fn a_cycle_through_a_name_in_the_lobby_is_refused() {
     assert!(c.cmd(&["RWLOCK.WLOCK", "a", "x", LONG]).int() > 0);
     assert!(c.cmd(&["RWLOCK.WLOCK", "d", "y", LONG]).int() > 0);
     let mut m = sock(&s);
-    send_text(
-        &mut m,
-        &["RWLOCK.MLOCK", "2", "a", "c", "m", "2000", "WAIT", "0"],
-    );
+    m.send_text(&["RWLOCK.MLOCK", "2", "a", "c", "m", "2000", "WAIT", "0"]);
     await_parked(&mut c, 1);
     let mut y = sock(&s);
-    send_text(&mut y, &["RWLOCK.WLOCK", "c", "y", "2000", "WAIT", "0"]);
+    y.send_text(&["RWLOCK.WLOCK", "c", "y", "2000", "WAIT", "0"]);
     await_parked(&mut c, 2);
     assert_eq!(c.cmd(&["EXISTS", "c"]).int(), 0, "c holds nothing");
     assert_eq!(queue(&mut c, "c"), vec!["m", "y"]);

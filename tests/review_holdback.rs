@@ -6,11 +6,6 @@ use std::time::{Duration, Instant};
 
 use redis_lease_testkit::prelude::*;
 
-fn send_text(w: &mut Sock, args: &[&str]) {
-    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-    w.send(&a);
-}
-
 fn waiters(c: &mut Connection) -> i64 {
     info_int(c, "lease", "lease_waiters")
 }
@@ -33,12 +28,9 @@ fn a_waiter_behind_a_known_holder_is_served_when_the_quarantine_ends() {
         r!(c, "DEBUG", "RELOAD");
         assert!(left(&mut c) > 0, "the reload quarantines");
         let mut r = Sock::connect(s.port);
-        send_text(&mut r, &["RWLOCK.RLOCK", "k", "b", "1000", "WAIT", "9000"]);
+        r.send_text(&["RWLOCK.RLOCK", "k", "b", "1000", "WAIT", "9000"]);
         let mut m = Sock::connect(s.port);
-        send_text(
-            &mut m,
-            &["SEMAPHORE.ACQUIRE", "s", "b", "3", "1000", "WAIT", "9000"],
-        );
+        m.send_text(&["SEMAPHORE.ACQUIRE", "s", "b", "3", "1000", "WAIT", "9000"]);
         until(Duration::from_secs(5), "both park", || waiters(&mut c) == 2);
         let t = Instant::now();
         if how == "CONFIG SET 0" {
@@ -71,7 +63,7 @@ fn shortening_the_quarantine_keeps_each_waiters_deadline() {
     let mut c = conn(&s);
     let mut w = Sock::connect(s.port);
     let sent = Instant::now();
-    send_text(&mut w, &["RWLOCK.WLOCK", "k", "w", "1000", "WAIT", "2000"]);
+    w.send_text(&["RWLOCK.WLOCK", "k", "w", "1000", "WAIT", "2000"]);
     until(Duration::from_secs(5), "the waiter parks", || {
         info_int(&mut c, "lease", "lease_lobby_waiters") == 1
     });
@@ -118,7 +110,7 @@ fn lobby(c: &mut Connection) -> i64 {
 
 fn park(s: &Server, c: &mut Connection, args: &[&str], n: i64) -> Sock {
     let mut w = Sock::connect(s.port);
-    send_text(&mut w, args);
+    w.send_text(args);
     until(Duration::from_secs(10), "the request parks", || {
         lobby(c) == n
     });

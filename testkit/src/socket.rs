@@ -245,6 +245,49 @@ impl Sock {
         let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
         self.call(&a)
     }
+
+    /// `send` with text arguments (a request left to park; its reply read later).
+    pub fn send_text(&mut self, args: &[&str]) {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send(&a);
+    }
+
+    /// Writes several commands in one write, so the server reads them in one turn of its
+    /// event loop; their replies are read with `reply`.
+    pub fn send_pipeline(&mut self, commands: &[&[&str]]) {
+        let mut pipe = Vec::new();
+        for args in commands {
+            let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+            pipe.extend(encode(&a));
+        }
+        self.send_raw(&pipe);
+    }
+
+    /// One integer field of `INFO lease`.
+    pub fn lease_int(&mut self, field: &str) -> i64 {
+        let i = self.cmd(&["INFO", "lease"]);
+        let t = String::from_utf8_lossy(i.bytes()).into_owned();
+        t.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or_else(|| panic!("INFO lease has no {field}"))
+    }
+
+    /// The owners listed under `field` (`holders` or `queue`) of `RWLOCK.INFO key`, in order.
+    pub fn owners(&mut self, key: &str, field: &str) -> Vec<String> {
+        let info = self.cmd(&["RWLOCK.INFO", key]);
+        info.get(field)
+            .map(|l| {
+                l.array()
+                    .iter()
+                    .map(|e| {
+                        let owner = e.get("owner").expect("an owner");
+                        String::from_utf8_lossy(owner.bytes()).into_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// A command for a failure message (bytes escaped).

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_lease_core::Ms;
 
-use crate::clock::now_ms;
+use crate::ffi::server::monotonic_ms;
 use crate::ffi::cluster::{self, Handlers, NodeId};
 use crate::ffi::ctx::{log_notice, log_warning, Ctx};
 use crate::validate::TOKEN_CEILING;
@@ -163,7 +163,8 @@ fn setslot(args: &[&[u8]]) {
         .map(|w| w.to_ascii_lowercase())
         .unwrap_or_default();
     let id = args.get(2).and_then(|b| node_id(b));
-    let now = now_ms();
+    // Local durations (the hold's bound, the FINAL's repeats) on the cron's clock.
+    let now = monotonic_ms();
     match (what.as_slice(), id) {
         (b"importing", Some(from)) => with(|f| {
             f.holds.insert(s, Hold { from, since: now });
@@ -185,7 +186,8 @@ fn setslot(args: &[&[u8]]) {
     }
 }
 
-/// The cron: broadcast the mark, repeat recent FINALs, end holds that waited too long.
+/// The cron (`now`: monotonic ms): broadcast the mark, repeat recent FINALs, end holds that
+/// waited too long.
 pub fn tick(ctx: &Ctx, now: Ms) {
     if !ctx.is_cluster() {
         return;

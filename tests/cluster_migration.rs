@@ -231,3 +231,58 @@ fn a_released_keys_tokens_rise_after_its_slot_moves() {
         );
     }
 }
+
+/// One integer field of `INFO lease` on `port`.
+fn lease_field(port: u16, field: &str) -> i64 {
+    Sock::connect(port).lease_int(field)
+}
+
+/// A source that never gives the slot up (it died, or its SETSLOT NODE never comes): the
+/// target holds grants on the importing slot for `floor::WAIT_MS` (10 s) at most, then opens
+/// them, logged and counted (`lease_floor_holds_expired`); a request parked meanwhile is
+/// served then, not at its own deadline and not before.
+#[test]
+fn an_importing_slot_whose_source_never_gives_it_up_opens_after_the_bound() {
+    let cluster = Cluster::start();
+    let key = "{silent}";
+    let src = cluster.owner_of(key);
+    let dst = cluster
+        .masters()
+        .into_iter()
+        .find(|n| n.id != src.id)
+        .unwrap();
+    let slot = cluster.slot_of(key);
+    // Only the target is told (as a reshard's first step); the source never answers for it.
+    let mut d = Sock::connect(dst.port);
+    let r = d.cmd(&[
+        "CLUSTER",
+        "SETSLOT",
+        &slot.to_string(),
+        "IMPORTING",
+        &src.id,
+    ]);
+    assert_eq!(r, Resp::Simple("OK".into()));
+    let start = Instant::now();
+    assert_eq!(lease_field(dst.port, "lease_floor_held_slots"), 1);
+    assert_eq!(d.cmd(&["ASKING"]), Resp::Simple("OK".into()));
+    let held = d.cmd(&["RWLOCK.WLOCK", key, "a", "60000"]);
+    assert!(held.is_nil(), "a grant on a held importing slot: {held:?}");
+    let mut w = Sock::connect(dst.port);
+    w.send_pipeline(&[
+        &["ASKING"],
+        &["RWLOCK.WLOCK", key, "w", "60000", "WAIT", "30000"],
+    ]);
+    assert_eq!(w.reply("ASKING"), Resp::Simple("OK".into()));
+    let got = w.reply_within(Duration::from_secs(20), "WLOCK ... WAIT 30000");
+    let waited = start.elapsed();
+    assert!(
+        matches!(got, Resp::Int(t) if t > 0),
+        "the parked request: {got:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(9_500) && waited < Duration::from_secs(16),
+        "served {waited:?} after the import began (the bound is 10 s)"
+    );
+    assert_eq!(lease_field(dst.port, "lease_floor_held_slots"), 0);
+    assert_eq!(lease_field(dst.port, "lease_floor_holds_expired"), 1);
+}

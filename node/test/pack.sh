@@ -22,4 +22,8 @@ if [ -z "$port" ]; then
   pid=$!
   for _ in $(seq 50); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
 fi
-PORT=$port node example.js
+out=$(PORT=$port node example.js)
+echo "$out"
+# The example ran to its end: the fenced write landed and nothing was left held.
+grep -qx "status shipped function function" <<<"$out"
+grep -qx "tryWrite after the scope guard" <<<"$out"

@@ -206,6 +206,7 @@ impl MultiLock {
 }
 
 /// The holds of one owner on every key of a [`MultiLock`], renewed together.
+#[must_use = "dropping a guard releases it at once"]
 pub struct MultiGuard {
     lock: MultiLock,
     owner: String,

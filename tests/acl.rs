@@ -43,6 +43,14 @@ fn support(admin: &mut Sock) -> Support {
     }
 }
 
+/// Whether `ACL CAT <category>` lists module commands (Redis 8+, Valkey; 7.2 and 7.4 skip
+/// them in the listing only).
+fn acl_cat_lists_modules(admin: &mut Sock) -> bool {
+    let info = String::from_utf8_lossy(admin.cmd(&["INFO", "server"]).bytes()).into_owned();
+    version(&info, "valkey_version").is_some()
+        || version(&info, "redis_version").is_some_and(|v| v >= (8, 0))
+}
+
 /// Whether the server knows the `internal` command flag (Redis 8+), which hides LEASE.APPLY.
 fn hides_internal(admin: &mut Sock) -> bool {
     let info = String::from_utf8_lossy(admin.cmd(&["INFO", "server"]).bytes()).into_owned();
@@ -210,16 +218,26 @@ fn the_categories_are_what_the_server_allows() {
                 "the load log says categories are unavailable:\n{log}"
             );
         }
+        _ if !acl_cat_lists_modules(&mut admin) => {
+            // Redis 7.2 and 7.4's ACL CAT leave module commands out of the listing (acl.c,
+            // aclCatWithFlags: `if (cmd->flags & CMD_MODULE) continue;`), though users granted
+            // by category get them (the tests above): COMMAND INFO below shows them.
+            assert!(cat(&mut admin, "write").is_empty());
+            assert!(cat(&mut admin, "read").is_empty());
+        }
         _ => {
             assert_eq!(cat(&mut admin, "write"), write);
             assert_eq!(cat(&mut admin, "read"), read);
         }
     }
     let lease = admin.cmd(&["ACL", "CAT", "lease"]);
-    if sup == Support::Module {
-        assert_eq!(cat(&mut admin, "lease"), public);
-    } else {
-        assert!(matches!(lease, Resp::Error(_)), "no @lease here: {lease:?}");
+    match sup {
+        Support::Module if acl_cat_lists_modules(&mut admin) => {
+            assert_eq!(cat(&mut admin, "lease"), public);
+        }
+        // The category exists; 7.4's listing leaves module commands out, as above.
+        Support::Module => assert!(matches!(lease, Resp::Array(_)), "{lease:?}"),
+        _ => assert!(matches!(lease, Resp::Error(_)), "no @lease here: {lease:?}"),
     }
     // Each command's categories as COMMAND INFO shows them are the contract's.
     let contract = include_str!("../docs/COMMANDS.md");

@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_lease_core::Ms;
 
-use crate::ffi::server::monotonic_ms;
 use crate::ffi::cluster::{self, Handlers, NodeId};
 use crate::ffi::ctx::{log_notice, log_warning, Ctx};
+use crate::ffi::server::monotonic_ms;
 use crate::validate::TOKEN_CEILING;
 use crate::{slot, state};
 

@@ -4,6 +4,8 @@
 //! a replica it changes nothing (its master's effects arrive); the schedule waits for a
 //! promotion, which wakes it.
 
+use std::collections::HashSet;
+
 use crate::clock::now_ms;
 use crate::commit::{decide, Open, Origin};
 use crate::ffi::ctx::Ctx;
@@ -44,14 +46,26 @@ pub fn fire(ctx: &Ctx) {
         guard::callback("a waiter's departure", || on_slot(ctx, slot, Some(id)));
     }
     let mut handled = 0;
+    // A key looked at once per turn: one that is due again at once (a multi-key request it
+    // reported ready at its deadline, which the drain below settles) waits for the next
+    // turn, so no key can keep the timer in its loop.
+    let mut seen: HashSet<Slot, foldhash::fast::RandomState> = HashSet::default();
+    let mut again: Vec<Slot> = Vec::new();
     while handled < KEYS_PER_TURN {
         let Some(slot) = schedule::pop_due(now) else {
             break;
         };
+        if !seen.insert(slot) {
+            again.push(slot);
+            continue;
+        }
         guard::callback("a key's wake-up", || on_slot(ctx, slot, None));
         handled += 1;
     }
     guard::callback("multi-key grants", || crate::commands::multi::drain(ctx));
+    for slot in again {
+        schedule::set(slot, Some(now));
+    }
     let next = if handled == KEYS_PER_TURN {
         Some(now)
     } else {

@@ -107,17 +107,27 @@ fn the_readme_session_pastes_into_redis_cli_as_written() {
     assert_eq!(unlocks, ["(integer) 1"; 2], "the readers let go");
     let writer = lines_of(waiting, Duration::from_secs(5));
     assert_eq!(writer.len(), 1, "{writer:?}");
-    assert!(token(&writer[0]) > b, "the writer's token follows the readers': {writer:?}");
+    assert!(
+        token(&writer[0]) > b,
+        "the writer's token follows the readers': {writer:?}"
+    );
     // Then, in either: the writer lets go (nothing left), an election, a semaphore.
     let rest = paste(s.port, &blocks[3]);
     assert_eq!(rest.len(), 10, "{rest:?}");
     assert_eq!(rest[0], "(integer) 1", "UNLOCK: {rest:?}");
-    assert_eq!(rest[1], "(integer) 0", "EXISTS report: nothing left: {rest:?}");
+    assert_eq!(
+        rest[1], "(integer) 0",
+        "EXISTS report: nothing left: {rest:?}"
+    );
     let term = token(&rest[2]);
     assert_eq!(rest[3], NIL, "node-2 is refused: {rest:?}");
     // LEADER.CURRENT: the leader, its term and the ms left of its lease.
     assert_eq!(rest[4], "1) \"node-1\"", "{rest:?}");
-    assert_eq!(rest[5], format!("2) (integer) {term}"), "the term is the grant's token");
+    assert_eq!(
+        rest[5],
+        format!("2) (integer) {term}"),
+        "the term is the grant's token"
+    );
     let left: u64 = rest[6]
         .strip_prefix("3) (integer) ")
         .and_then(|n| n.parse().ok())
@@ -134,7 +144,10 @@ fn the_readme_session_pastes_into_redis_cli_as_written() {
         fence[1].starts_with("(error) FENCED token 1 is not live on this key"),
         "{fence:?}"
     );
-    assert_eq!(fence[2], NIL, "GET: the fenced write ran nothing: {fence:?}");
+    assert_eq!(
+        fence[2], NIL,
+        "GET: the fenced write ran nothing: {fence:?}"
+    );
     // The live token, typed in place of TOKEN: the write runs within the 2 s lease.
     assert!(blocks[5].contains("TOKEN"), "{:?}", blocks[5]);
     let typed = blocks[5].replace("TOKEN", &live.to_string());

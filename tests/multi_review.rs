@@ -412,6 +412,19 @@ fn unlock_next_to_an_evicted_name_hands_the_free_key_on() {
 // ---------------------------------------------------------------------------------------------
 // One key of the set replaced by a key of another kind, then a reload
 
+/// In one pipeline (one turn of the event loop): b is deleted, a semaphore of `limit` is made
+/// at b (one permit taken), and the server reloads.
+fn replace_b_with_a_semaphore_and_reload(c: &mut Sock, limit: &str) {
+    c.send_pipeline(&[
+        &["DEL", "b"],
+        &["SEMAPHORE.ACQUIRE", "b", "s", limit, LONG],
+        &["DEBUG", "RELOAD"],
+    ]);
+    assert_eq!(c.reply("DEL").int(), 1);
+    assert!(c.reply("ACQUIRE").int() > 0);
+    assert_eq!(c.reply("DEBUG RELOAD").bytes(), b"OK");
+}
+
 /// COMMANDS.md: "A waiter whose key is deleted, renamed, moved or flushed while it waits is
 /// answered an error starting with `LOCKGONE` (within one event-loop turn)", and "any command
 /// of one kind on a key of another" is WRONGTYPE.
@@ -428,14 +441,7 @@ fn a_multi_key_request_whose_key_was_replaced_by_a_semaphore_before_a_reload() {
     let mut m = sock(&s);
     m.send_text(&["RWLOCK.MLOCK", "2", "a", "b", "m", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
-    c.send_pipeline(&[
-        &["DEL", "b"],
-        &["SEMAPHORE.ACQUIRE", "b", "s", "1", LONG],
-        &["DEBUG", "RELOAD"],
-    ]);
-    assert_eq!(c.reply("DEL").int(), 1);
-    assert!(c.reply("ACQUIRE").int() > 0);
-    assert_eq!(c.reply("DEBUG RELOAD").bytes(), b"OK");
+    replace_b_with_a_semaphore_and_reload(&mut c, "1");
     let got = m.try_reply(Duration::from_secs(2)).expect("connection");
     // The semaphore's holder lets go: the semaphore is free for anyone.
     assert_eq!(c.cmd(&["SEMAPHORE.RELEASE", "b", "s"]).int(), 1);
@@ -459,14 +465,7 @@ fn a_lock_waiter_whose_key_was_replaced_by_a_semaphore_before_a_reload() {
     let mut w = sock(&s);
     w.send_text(&["RWLOCK.WLOCK", "b", "w", LONG, "WAIT", "0"]);
     await_parked(&mut c, 1);
-    c.send_pipeline(&[
-        &["DEL", "b"],
-        &["SEMAPHORE.ACQUIRE", "b", "s", "2", LONG],
-        &["DEBUG", "RELOAD"],
-    ]);
-    assert_eq!(c.reply("DEL").int(), 1);
-    assert!(c.reply("ACQUIRE").int() > 0);
-    assert_eq!(c.reply("DEBUG RELOAD").bytes(), b"OK");
+    replace_b_with_a_semaphore_and_reload(&mut c, "2");
     let got = w.try_reply(Duration::from_secs(2)).expect("connection");
     let sem = c.cmd(&["SEMAPHORE.INFO", "b"]);
     assert!(

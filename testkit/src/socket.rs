@@ -229,7 +229,11 @@ impl Sock {
     pub fn reply_within(&mut self, limit: Duration, what: &str) -> Resp {
         match self.try_reply(limit) {
             Ok(Some(r)) => r,
-            Ok(None) => panic!("no reply within {limit:?} to {what} (port {})", self.port),
+            Ok(None) => panic!(
+                "no reply within {limit:?} to {what} (port {}); the server's clients now:\n{}",
+                self.port,
+                clients_of(self.port)
+            ),
             Err(e) => panic!("{what} (port {}): {e}", self.port),
         }
     }
@@ -287,6 +291,24 @@ impl Sock {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+/// `CLIENT LIST` of the server at `port`, asked on a connection of its own (for a failure
+/// message: which client waits, blocked or with unread input).
+fn clients_of(port: u16) -> String {
+    let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return "(no connection)".into();
+    };
+    let mut c = Sock {
+        stream,
+        buf: Vec::new(),
+        port,
+    };
+    c.send(&[b"CLIENT", b"LIST"]);
+    match c.try_reply(Duration::from_secs(2)) {
+        Ok(Some(Resp::Bulk(b))) => String::from_utf8_lossy(&b).into_owned(),
+        other => format!("{other:?}"),
     }
 }
 

@@ -13,7 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis_lease_testkit::cluster::{Cluster, NodeLine};
-use redis_lease_testkit::dump::{self, Field};
+use redis_lease_testkit::dump::push_tokens_ahead;
 use redis_lease_testkit::socket::{Resp, Sock};
 
 fn token(r: &Resp) -> i64 {
@@ -36,11 +36,7 @@ fn held_pair(cluster: &Cluster, tag: &str) -> (NodeLine, NodeLine, i64) {
     let lock = format!("{{{tag}}}");
     let data = format!("{{{tag}}}:data");
     let src = cluster.owner_of(&lock);
-    let dst = cluster
-        .masters()
-        .into_iter()
-        .find(|n| n.id != src.id)
-        .unwrap();
+    let dst = cluster.other_master(&src);
     let mut s = Sock::connect(src.port);
     let t = token(&s.cmd(&["RWLOCK.WLOCK", &lock, "w", "60000"]));
     assert_eq!(s.cmd(&["SET", &data, "v0"]), Resp::Simple("OK".into()));
@@ -150,27 +146,6 @@ fn a_fenced_write_is_refused_while_its_keys_are_split_by_a_migration() {
     );
 }
 
-/// Restores `key` on `port` as a copy of itself whose every token equals `t + ahead`: its
-/// source then has a high-water mark `ahead` past its clock (as a master whose clock runs
-/// ahead, or one that made more than 1000 grants a ms, would). Answers the crafted token.
-fn push_tokens_ahead(port: u16, key: &str, t: i64, ahead: u64) -> u64 {
-    let mut s = Sock::connect(port);
-    let Resp::Bulk(bytes) = s.cmd(&["DUMP", key]) else {
-        panic!("DUMP {key}");
-    };
-    let mut p = dump::decode(&bytes).unwrap();
-    let crafted = t as u64 + ahead;
-    for f in &mut p.fields {
-        if *f == Field::U64(t as u64) {
-            *f = Field::U64(crafted);
-        }
-    }
-    let payload = dump::encode(&p);
-    let r = s.call(&[b"RESTORE", key.as_bytes(), b"0", &payload, b"REPLACE"]);
-    assert_eq!(r, Resp::Simple("OK".into()), "RESTORE of the crafted {key}");
-    crafted
-}
-
 /// A WLOCK on `port` answered with a token, retried while grants are held (nil) for up to
 /// `limit`.
 fn wlock_eventually(port: u16, key: &str, owner: &str, limit: Duration) -> i64 {
@@ -195,11 +170,7 @@ fn a_released_keys_tokens_rise_after_its_slot_moves() {
     for (tag, during) in [("after", false), ("during", true)] {
         let key = format!("{{{tag}}}");
         let src = cluster.owner_of(&key);
-        let dst = cluster
-            .masters()
-            .into_iter()
-            .find(|n| n.id != src.id)
-            .unwrap();
+        let dst = cluster.other_master(&src);
         let mut s = Sock::connect(src.port);
         let t = token(&s.cmd(&["RWLOCK.WLOCK", &key, "a", "60000"]));
         let last = push_tokens_ahead(src.port, &key, t, ahead);
@@ -246,11 +217,7 @@ fn an_importing_slot_whose_source_never_gives_it_up_opens_after_the_bound() {
     let cluster = Cluster::start();
     let key = "{silent}";
     let src = cluster.owner_of(key);
-    let dst = cluster
-        .masters()
-        .into_iter()
-        .find(|n| n.id != src.id)
-        .unwrap();
+    let dst = cluster.other_master(&src);
     let slot = cluster.slot_of(key);
     // Only the target is told (as a reshard's first step); the source never answers for it.
     let mut d = Sock::connect(dst.port);

@@ -1192,32 +1192,16 @@ fn evicted_lease_case(when: &str) -> bool {
 #[test]
 fn mlock_on_an_importing_slot_waits_for_the_sources_token_mark() {
     use redis_lease_testkit::cluster::Cluster;
-    use redis_lease_testkit::dump::{self, Field};
+    use redis_lease_testkit::dump::push_tokens_ahead;
     let cluster = Cluster::start();
     let ahead: u64 = 1_000_000_000_000;
     let key = "{imp}";
     let key2 = "{imp}:2";
     let src = cluster.owner_of(key);
-    let dst = cluster
-        .masters()
-        .into_iter()
-        .find(|n| n.id != src.id)
-        .unwrap();
+    let dst = cluster.other_master(&src);
     let mut s = Sock::connect(src.port);
     let t = s.cmd(&["RWLOCK.WLOCK", key, "a", LONG]).int();
-    let Resp::Bulk(bytes) = s.cmd(&["DUMP", key]) else {
-        panic!("DUMP");
-    };
-    let mut p = dump::decode(&bytes).unwrap();
-    let last = t as u64 + ahead;
-    for f in &mut p.fields {
-        if *f == Field::U64(t as u64) {
-            *f = Field::U64(last);
-        }
-    }
-    let payload = dump::encode(&p);
-    let r = s.call(&[b"RESTORE", key.as_bytes(), b"0", &payload, b"REPLACE"]);
-    assert_eq!(r.bytes(), b"OK");
+    let last = push_tokens_ahead(src.port, key, t, ahead);
     let slot = cluster.slot_of(key);
     cluster.begin_migration(slot, &src, &dst);
     assert_eq!(s.cmd(&["RWLOCK.UNLOCK", key, "a"]).int(), 1);

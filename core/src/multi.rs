@@ -142,15 +142,13 @@ fn all(grants: &[Grants]) -> Grants {
 
 /// Lets time pass on every key, each under its own grants.
 fn tick_all(keys: &mut [&mut RwLock], grants: &[Grants], env: &mut Env) -> Vec<Changes> {
-    let changes = keys
-        .iter_mut()
+    keys.iter_mut()
         .zip(grants)
         .map(|(k, g)| {
             env.grants = *g;
             k.tick(env)
         })
-        .collect();
-    changes
+        .collect()
 }
 
 /// Grants `w` on every key (each known grantable), in order; on a failure (no token left)

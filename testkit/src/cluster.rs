@@ -194,6 +194,14 @@ impl Cluster {
             .collect()
     }
 
+    /// A master other than `than` (a slot's target when it moves away from `than`).
+    pub fn other_master(&self, than: &NodeLine) -> NodeLine {
+        self.masters()
+            .into_iter()
+            .find(|n| n.id != than.id)
+            .expect("another master")
+    }
+
     /// Starts moving `slot` from `src` to `dst` as `redis-cli --cluster reshard` does: IMPORTING
     /// on the target first, then MIGRATING on the source.
     pub fn begin_migration(&self, slot: u16, src: &NodeLine, dst: &NodeLine) {

@@ -191,6 +191,28 @@ pub fn encode(p: &Payload) -> Vec<u8> {
     out
 }
 
+/// Restores `key` on the server at `port` as a copy of itself whose every token equals
+/// `t + ahead` (`t`: its holder's token): that server then has a high-water mark `ahead` past
+/// its clock (as a master whose clock runs ahead, or one that made more than 1000 grants a ms,
+/// would). Answers the crafted token.
+pub fn push_tokens_ahead(port: u16, key: &str, t: i64, ahead: u64) -> u64 {
+    use crate::socket::{Resp, Sock};
+    let mut s = Sock::connect(port);
+    let Resp::Bulk(bytes) = s.cmd(&["DUMP", key]) else {
+        panic!("DUMP {key}");
+    };
+    let mut p = decode(&bytes).unwrap();
+    let crafted = t as u64 + ahead;
+    for f in &mut p.fields {
+        if *f == Field::U64(t as u64) {
+            *f = Field::U64(crafted);
+        }
+    }
+    let r = s.call(&[b"RESTORE", key.as_bytes(), b"0", &encode(&p), b"REPLACE"]);
+    assert_eq!(r, Resp::Simple("OK".into()), "RESTORE of the crafted {key}");
+    crafted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ pub fn write(out: &mut Section) {
     } else {
         0.0
     };
-    let ints: [(&CStr, u64); 31] = [
+    let ints: [(&CStr, u64); 32] = [
         (c"keys", state::keys().max(0) as u64),
         (c"holders", state::holders().max(0) as u64),
         (c"waiters", waiting as u64),
@@ -49,6 +49,7 @@ pub fn write(out: &mut Section) {
         (c"wait_ms_max", s.wait_ms_max),
         (c"token_high_water", high),
         (c"scheduled_wakeups", scheduled as u64),
+        (c"timers", crate::ffi::timer::live()),
         (c"indexed_keys", keys as u64),
         (c"index_bytes", index_bytes as u64),
         (c"quarantine_ms", holdback::quarantine_left()),

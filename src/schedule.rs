@@ -55,30 +55,26 @@ pub fn wall_stepped(wall: Ms, mono: Ms) -> bool {
     })
 }
 
-/// Makes sure the timer fires no later than `at`.
+/// Makes sure the timer fires no later than `at`, with one Redis timer at most: a timer
+/// that is replaced is stopped first. (Every timer's turn arms the next; two timers alive
+/// would stay two for good, and each extra one makes every `CreateTimer` walk past it.)
 pub fn arm(at: Ms) {
     let Some(fire) = FIRE.get().copied() else {
         return;
     };
     let now = now_ms();
-    // A recorded timer due no later than `at`, and not yet overdue, stays. An overdue one is
-    // not stopped: it has most likely not fired yet (the timer's first step forgets it, see
-    // `fired`), as after a stall or inside a long command, and stopping it would put every
-    // due lapse and wait deadline off until `at`. But it may also never fire (its callback
-    // failed before that first step), so a timer for `at` is armed beside it.
-    let stop = state::with(move |s| match s.timer {
-        Some((_, when)) if when <= at && when >= now => Err(()),
-        Some((_, when)) if when < now => Ok(None),
-        other => Ok(other.map(|(id, _)| id)),
-    });
-    let Ok(stop) = stop else { return };
-    if let Some(id) = stop {
-        timer::stop(id);
+    let recorded = state::with(|s| s.timer);
+    match recorded {
+        // Due in time. One already overdue has most likely not fired yet (after a stall, or
+        // inside a long command): it fires at the next turn, so it stays too, unless Redis no
+        // longer holds it (its turn ended before it armed the next).
+        Some((id, when)) if when <= at && (when >= now || timer::alive(id)) => return,
+        Some((id, when)) if when > at => timer::stop(id),
+        _ => {}
     }
     let period = at.saturating_sub(now).min(MAX_TIMER_MS);
-    if let Some(id) = timer::create(period, fire) {
-        state::with(|s| s.timer = Some((id, at)));
-    }
+    let id = timer::create(period, fire);
+    state::with(|s| s.timer = id.map(|id| (id, at)));
 }
 
 /// The timer fired: it is no longer armed.

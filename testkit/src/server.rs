@@ -151,7 +151,11 @@ impl Server {
             .arg("--daemonize")
             .arg("no")
             .arg("--protected-mode")
-            .arg("yes");
+            .arg("yes")
+            // Stalls of 100 ms or more (a busy disk, a slow fork) show in LATENCY LATEST,
+            // which a reply that does not come in time reports.
+            .arg("--latency-monitor-threshold")
+            .arg("100");
         if !self.opts.no_module {
             cmd.arg("--loadmodule").arg(checked_module());
             cmd.args(&self.opts.module_args);

@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 /// How long `Sock::reply` waits for a reply before failing.
 pub const REPLY_LIMIT: Duration = Duration::from_secs(5);
 
+/// How much longer a reply that missed its limit is waited for, to tell "late" from "lost" in
+/// the failure message.
+const LATE_LIMIT: Duration = Duration::from_secs(20);
+
 /// A RESP2 reply (a push of RESP3 is not spoken: connections stay on RESP2). Its `Debug`
 /// form shows bulk strings as escaped text, for failure messages.
 #[derive(Clone, PartialEq, Eq)]
@@ -229,11 +233,23 @@ impl Sock {
     pub fn reply_within(&mut self, limit: Duration, what: &str) -> Resp {
         match self.try_reply(limit) {
             Ok(Some(r)) => r,
-            Ok(None) => panic!(
-                "no reply within {limit:?} to {what} (port {}); the server's clients now:\n{}",
-                self.port,
-                clients_of(self.port)
-            ),
+            Ok(None) => {
+                // Tell a reply that was lost from one that came late (a server stalled, say
+                // on a busy disk), and show what the server saw.
+                let late = Instant::now();
+                let clients = clients_of(self.port);
+                let then = match self.try_reply(LATE_LIMIT) {
+                    Ok(Some(r)) => format!("{r:?} came {:?} after the limit", late.elapsed()),
+                    Ok(None) => format!("still nothing {LATE_LIMIT:?} after the limit"),
+                    Err(e) => e,
+                };
+                panic!(
+                    "no reply within {limit:?} to {what} (port {}): {then}.\nThe server's clients \
+                     at the limit:\n{clients}\n{}",
+                    self.port,
+                    stall_evidence(self.port)
+                )
+            }
             Err(e) => panic!("{what} (port {}): {e}", self.port),
         }
     }
@@ -310,6 +326,50 @@ fn clients_of(port: u16) -> String {
         Ok(Some(Resp::Bulk(b))) => String::from_utf8_lossy(&b).into_owned(),
         other => format!("{other:?}"),
     }
+}
+
+/// What a server can say about a stall (for a failure message): its AOF's delayed fsyncs,
+/// its latency events and the end of its log.
+fn stall_evidence(port: u16) -> String {
+    let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return "(no connection)".into();
+    };
+    let mut c = Sock {
+        stream,
+        buf: Vec::new(),
+        port,
+    };
+    let mut ask = |args: &[&[u8]]| -> Option<Resp> {
+        c.send(args);
+        c.try_reply(Duration::from_secs(2)).ok().flatten()
+    };
+    let persistence = match ask(&[b"INFO", b"persistence"]) {
+        Some(Resp::Bulk(b)) => String::from_utf8_lossy(&b)
+            .lines()
+            .filter(|l| l.starts_with("aof_delayed_fsync") || l.starts_with("aof_last_write"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => format!("{other:?}"),
+    };
+    let latency = ask(&[b"LATENCY", b"LATEST"]);
+    let log = match ask(&[b"CONFIG", b"GET", b"dir"]) {
+        Some(Resp::Array(a)) if a.len() == 2 => match &a[1] {
+            Resp::Bulk(dir) => {
+                let path = std::path::Path::new(&*String::from_utf8_lossy(dir)).join("redis.log");
+                let text = match std::fs::read(&path) {
+                    Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                    Err(e) => format!("{}: {e}", path.display()),
+                };
+                let lines: Vec<&str> = text.lines().collect();
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            }
+            other => format!("{other:?}"),
+        },
+        other => format!("{other:?}"),
+    };
+    format!(
+        "INFO persistence: {persistence}\nLATENCY LATEST: {latency:?}\nthe end of its log:\n{log}"
+    )
 }
 
 /// A command for a failure message (bytes escaped).

@@ -55,7 +55,9 @@ fn a_timer_overdue_inside_a_slow_turn_gets_no_twin() {
         );
     }
     // Every lease ends (the last at 200 ms): the timer's last turn finds nothing more to do.
-    until(Duration::from_secs(5), "the timers end", || timers(&mut c) == 0);
+    until(Duration::from_secs(5), "the timers end", || {
+        timers(&mut c) == 0
+    });
 }
 
 /// Waits that end in their hundreds, from many connections at once, several keys each: the
@@ -96,5 +98,8 @@ fn many_waits_that_end_keep_one_timer_and_a_quick_server() {
     let most = most.max(timers(&mut c));
     assert!(most <= 1, "{most} timers at once");
     // Generous for a loaded CI machine; the stall this guards against lasted 4-8 s.
-    assert!(worst < Duration::from_secs(2), "a plain command took {worst:?}");
+    assert!(
+        worst < Duration::from_secs(2),
+        "a plain command took {worst:?}"
+    );
 }

@@ -42,6 +42,40 @@ impl Hold {
     }
 }
 
+/// A hold with no cap: what the one-holder form keeps inline, 24 bytes where a [`Hold`] takes
+/// 32, so a one-holder lock stays in jemalloc's 80-byte class. A capped hold (MAXHOLD, rare)
+/// lives in the table, even alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Uncapped {
+    reads: u32,
+    writes: u32,
+    deadline: Ms,
+    token: u64,
+}
+
+impl Uncapped {
+    #[inline]
+    fn of(h: Hold) -> Option<Uncapped> {
+        (h.cap == 0).then_some(Uncapped {
+            reads: h.reads,
+            writes: h.writes,
+            deadline: h.deadline,
+            token: h.token,
+        })
+    }
+
+    #[inline]
+    fn hold(self) -> Hold {
+        Hold {
+            reads: self.reads,
+            writes: self.writes,
+            deadline: self.deadline,
+            token: self.token,
+            cap: 0,
+        }
+    }
+}
+
 /// A holder as the outside sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HolderView<'a> {
@@ -49,15 +83,16 @@ pub struct HolderView<'a> {
     pub hold: Hold,
 }
 
-/// The holders of a key. A single holder, the common case, is stored inline (its id too, see
-/// [`Id`]), so a one-holder lock costs no allocation of its own; more holders live in a
-/// table indexed by owner and by deadline, so that no operation scans them all.
+/// The holders of a key. A single holder with no cap, the common case, is stored inline (its
+/// id too, see [`Id`]), so a one-holder lock costs no allocation of its own; more holders, or
+/// a capped one, live in a table indexed by owner and by deadline, so that no operation scans
+/// them all.
 #[derive(Debug, Default)]
 pub(crate) enum Holders {
     #[default]
     Empty,
-    One(Id, Hold),
-    /// Two and more holders (or none, briefly, in a table that shrinks back).
+    One(Id, Uncapped),
+    /// Two and more holders, or one with a cap.
     Many(Box<Table>),
 }
 
@@ -78,11 +113,12 @@ impl Holders {
         }
     }
 
-    pub fn get(&self, owner: &Id) -> Option<&Hold> {
+    #[inline]
+    pub fn get(&self, owner: &Id) -> Option<Hold> {
         match self {
             Holders::Empty => None,
-            Holders::One(o, h) => (o == owner).then_some(h),
-            Holders::Many(t) => t.by_owner.get(owner),
+            Holders::One(o, h) => (o == owner).then(|| h.hold()),
+            Holders::Many(t) => t.by_owner.get(owner).copied(),
         }
     }
 
@@ -97,25 +133,58 @@ impl Holders {
 
     /// True when some holder holds the write lock (it is then the only holder).
     pub fn has_writer(&self) -> bool {
-        matches!(self, Holders::One(_, h) if h.writes > 0)
+        match self {
+            Holders::Empty => false,
+            Holders::One(_, h) => h.writes > 0,
+            Holders::Many(t) => {
+                t.by_owner.len() == 1 && t.by_owner.values().next().is_some_and(|h| h.writes > 0)
+            }
+        }
+    }
+
+    /// `owner` alone with `hold`: inline, or a table of one for a capped hold.
+    fn alone(owner: Id, hold: Hold) -> Holders {
+        match Uncapped::of(hold) {
+            Some(u) => Holders::One(owner, u),
+            None => {
+                let mut t = Box::<Table>::default();
+                t.insert(owner, hold);
+                Holders::Many(t)
+            }
+        }
+    }
+
+    /// A table left with one holder and no cap goes back to the inline form; the table had
+    /// at least two entries or a cap, so this is paid for by what grew it.
+    fn shrink(&mut self) {
+        let Holders::Many(t) = self else { return };
+        let last = match t.by_owner.len() {
+            0 => None,
+            1 if t.by_owner.values().all(|h| h.cap == 0) => t.by_owner.drain().next(),
+            _ => return,
+        };
+        *self = match last {
+            Some((o, h)) => Holders::alone(o, h),
+            None => Holders::Empty,
+        };
     }
 
     /// Sets (or inserts) `owner`'s hold.
     pub fn put(&mut self, owner: &Id, hold: Hold) {
         match self {
-            Holders::Empty => *self = Holders::One(owner.clone(), hold),
-            Holders::One(o, h) if o == owner => *h = hold,
+            Holders::Empty => *self = Holders::alone(owner.clone(), hold),
+            Holders::One(o, h) if o == owner => match Uncapped::of(hold) {
+                Some(u) => *h = u,
+                None => *self = Holders::alone(owner.clone(), hold),
+            },
             Holders::One(..) => {
                 let Holders::One(o, h) = std::mem::take(self) else {
                     unreachable!()
                 };
                 let mut t = Box::<Table>::default();
-                t.insert(o, h);
+                t.insert(o, h.hold());
                 t.insert(owner.clone(), hold);
                 *self = Holders::Many(t);
-            }
-            Holders::Many(t) if t.by_owner.is_empty() => {
-                *self = Holders::One(owner.clone(), hold);
             }
             Holders::Many(t) => match t.by_owner.get_mut(owner) {
                 Some(h) => {
@@ -126,6 +195,10 @@ impl Holders {
                         t.by_deadline.insert((hold.deadline, key.1));
                     }
                     *h = hold;
+                    // A hold whose cap went (a re-grant without one) may go back inline.
+                    if hold.cap == 0 && t.by_owner.len() == 1 {
+                        self.shrink();
+                    }
                 }
                 None => t.insert(owner.clone(), hold),
             },
@@ -136,7 +209,7 @@ impl Holders {
     pub fn remove(&mut self, owner: &Id) -> Option<Hold> {
         match self {
             Holders::One(o, h) if o == owner => {
-                let h = *h;
+                let h = h.hold();
                 *self = Holders::default();
                 Some(h)
             }
@@ -145,14 +218,7 @@ impl Holders {
                 let (key, hold) = t.by_owner.remove_entry(owner)?;
                 t.by_deadline.remove(&(hold.deadline, key));
                 t.reads -= u64::from(hold.reads);
-                if t.by_owner.len() == 1 {
-                    // Back to the compact form; the table had at least two entries, so
-                    // this walk is paid for by the inserts that grew it.
-                    let last = t.by_owner.drain().next();
-                    if let Some((o, h)) = last {
-                        *self = Holders::One(o, h);
-                    }
-                }
+                self.shrink();
                 Some(hold)
             }
         }
@@ -180,7 +246,7 @@ impl Holders {
     pub fn first_lapsed(&self, now: Ms) -> Option<Id> {
         match self {
             Holders::Empty => None,
-            Holders::One(o, h) => (!h.live(now)).then(|| o.clone()),
+            Holders::One(o, h) => (!h.hold().live(now)).then(|| o.clone()),
             Holders::Many(t) => t
                 .by_deadline
                 .first()
@@ -193,9 +259,10 @@ impl Holders {
     pub fn iter(&self) -> Box<dyn Iterator<Item = HolderView<'_>> + '_> {
         match self {
             Holders::Empty => Box::new(std::iter::empty()),
-            Holders::One(owner, hold) => {
-                Box::new(std::iter::once(HolderView { owner, hold: *hold }))
-            }
+            Holders::One(owner, hold) => Box::new(std::iter::once(HolderView {
+                owner,
+                hold: hold.hold(),
+            })),
             Holders::Many(t) => Box::new(
                 t.by_owner
                     .iter()
@@ -252,11 +319,7 @@ mod tests {
     #[test]
     fn one_holder_is_compact() {
         // The owner (a UUID, or up to 22 bytes) and its hold, inline: no allocation of their own.
-        assert!(
-            std::mem::size_of::<Holders>() <= 64,
-            "{}",
-            std::mem::size_of::<Holders>()
-        );
+        assert_eq!(std::mem::size_of::<Holders>(), 48);
         let mut h = Holders::default();
         h.put(&id("0f4a2c1e-8d3b-4e5f-9a6b-7c8d9e0f1a2b"), hold(10));
         assert_eq!(h.heap_bytes(&|n| n), 0);
@@ -287,5 +350,53 @@ mod tests {
         assert!(h.remove(&id("c")).is_some());
         assert_eq!(h.len(), 0);
         assert_eq!(h.min_deadline(), None);
+    }
+
+    #[test]
+    fn a_capped_hold_lives_in_the_table_even_alone() {
+        let capped = Hold {
+            cap: 50,
+            ..hold(10)
+        };
+        let mut h = Holders::default();
+        h.put(&id("a"), capped);
+        assert!(matches!(h, Holders::Many(..)));
+        assert_eq!(h.get(&id("a")), Some(capped));
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.min_deadline(), Some(10));
+        assert_eq!(h.first_lapsed(10), Some(id("a")));
+        // A writer with a cap is still the one writer.
+        h.put(
+            &id("a"),
+            Hold {
+                reads: 0,
+                writes: 1,
+                ..capped
+            },
+        );
+        assert!(h.has_writer());
+        h.put(&id("a"), capped);
+        assert!(!h.has_writer());
+        // Another holder joins and leaves: the capped one stays in the table, cap intact.
+        h.put(&id("b"), hold(20));
+        assert!(h.remove(&id("b")).is_some());
+        assert!(matches!(h, Holders::Many(..)));
+        assert_eq!(h.get(&id("a")), Some(capped));
+        // An uncapped one alone goes back inline; a cap comes back in the table.
+        h.put(&id("b"), hold(20));
+        assert_eq!(h.remove(&id("a")), Some(capped));
+        assert!(matches!(h, Holders::One(..)));
+        h.put(
+            &id("b"),
+            Hold {
+                cap: 90,
+                ..hold(20)
+            },
+        );
+        assert!(matches!(h, Holders::Many(..)));
+        assert_eq!(h.get(&id("b")).map(|h| h.cap), Some(90));
+        assert!(h.remove(&id("b")).is_some());
+        assert!(matches!(h, Holders::Empty));
+        assert_eq!(h.len(), 0);
     }
 }

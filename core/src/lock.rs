@@ -169,7 +169,7 @@ impl Lock {
     /// `owner`'s hold, if it is live at `now`.
     pub fn hold_of(&self, owner: impl AsId, now: Ms) -> Option<Hold> {
         let owner = owner.as_id();
-        self.holders.get(&owner).copied().filter(|h| h.live(now))
+        self.holders.get(&owner).filter(|h| h.live(now))
     }
 
     /// The earliest lease deadline.
@@ -262,7 +262,7 @@ impl Lock {
                 deadline,
                 token,
             } => {
-                let mut h = self.holders.get(owner).copied().unwrap_or(Hold::EMPTY);
+                let mut h = self.holders.get(owner).unwrap_or(Hold::EMPTY);
                 match mode {
                     Mode::Read => h.reads = h.reads.saturating_add(1),
                     Mode::Write => h.writes = h.writes.saturating_add(1),
@@ -288,7 +288,7 @@ impl Lock {
             }
             Effect::Limit { limit } => self.limit = *limit,
             Effect::Release { owner } => {
-                let before = self.holders.get(owner).copied()?;
+                let before = self.holders.get(owner)?;
                 let mut h = before;
                 if self.limit > 0 {
                     h = Hold::EMPTY;
@@ -306,13 +306,13 @@ impl Lock {
             }
             Effect::Drop { owner, .. } => return self.remove_holder(owner),
             Effect::Renew { owner, deadline } => {
-                if let Some(mut h) = self.holders.get(owner).copied() {
+                if let Some(mut h) = self.holders.get(owner) {
                     h.deadline = *deadline;
                     self.holders.put(owner, h);
                 }
             }
             Effect::Cap { owner, at } => {
-                if let Some(mut h) = self.holders.get(owner).copied() {
+                if let Some(mut h) = self.holders.get(owner) {
                     h.cap = *at;
                     self.holders.put(owner, h);
                 }
@@ -435,7 +435,7 @@ impl Lock {
     /// token.
     pub(crate) fn grant(&mut self, kind: Kind, op: &mut Op, w: &Waiter) -> Result<u64, LockError> {
         let deadline = op.env.deadline(w.ttl);
-        let held = self.holders.get(&w.owner).copied();
+        let held = self.holders.get(&w.owner);
         let admit = self.admissible(kind, &w.owner, w.mode, w.permits);
         // The cap: a holder keeps its first grant's; a new holder's counts from now.
         let cap = match held {
@@ -656,7 +656,7 @@ impl Lock {
                 max_hold: req.max_hold,
                 group: false,
             };
-            let held = lock.holders.get(req.owner).copied();
+            let held = lock.holders.get(req.owner);
             if held.is_none() && req.max_hold > 0 && req.ttl > req.max_hold {
                 // Refused before it waits: no grant could give the ttl asked.
                 let left = req.max_hold;
@@ -743,7 +743,7 @@ impl Lock {
     ) -> (Changes, Result<Option<u64>, LockError>) {
         self.run(env, |lock, op| {
             lock.step(kind, op);
-            let Some(h) = lock.holders.get(owner).copied() else {
+            let Some(h) = lock.holders.get(owner) else {
                 return Ok(None);
             };
             let deadline = op.env.deadline(ttl);

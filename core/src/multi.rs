@@ -88,7 +88,7 @@ fn waiter(req: &MultiRequest) -> Waiter {
 
 /// The single-key rules for the owner on one key, time already passed.
 fn plan(lock: &Lock, req: &MultiRequest, env: &Env) -> Result<Plan, LockError> {
-    let held = lock.holders.get(req.owner).copied();
+    let held = lock.holders.get(req.owner);
     let upgrade = matches!(held, Some(h) if req.mode == Mode::Write && h.writes == 0);
     let may = env.may_grant();
     match held {
@@ -258,7 +258,7 @@ pub fn grant_ready(
             }
             let queued = lock.queue.as_ref().and_then(|q| q.get(id)).is_some();
             if !queued {
-                match lock.holders.get(&w.owner).copied() {
+                match lock.holders.get(&w.owner) {
                     Some(h) if w.mode == Mode::Read || h.writes > 0 => {
                         let deadline = op.env.deadline(w.ttl);
                         if deadline > h.deadline && h.passes_cap(deadline) {

@@ -46,6 +46,9 @@ fn cron(ctx: &Ctx, hz: i32) {
         holdback::stalled(gap);
     }
     crate::floor::tick(ctx, now);
+    if master && !ctx.loading() {
+        schedule::keep_armed();
+    }
 }
 
 /// Each turn of the event loop (before it sleeps, after it wakes): the server runs now, so a

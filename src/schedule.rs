@@ -68,7 +68,7 @@ pub fn arm(at: Ms) {
         // Due in time. One already overdue has most likely not fired yet (after a stall, or
         // inside a long command): it fires at the next turn, so it stays too, unless Redis no
         // longer holds it (its turn ended before it armed the next).
-        Some((id, when)) if when <= at && (when >= now || timer::alive(id)) => return,
+        Some((id, when)) if when <= at && (when > now || timer::alive(id)) => return,
         Some((id, when)) if when > at => timer::stop(id),
         _ => {}
     }
@@ -77,9 +77,21 @@ pub fn arm(at: Ms) {
     state::with(|s| s.timer = id.map(|id| (id, at)));
 }
 
-/// The timer fired: it is no longer armed.
+/// The timer fired: it is no longer armed. (Its turn's first step: Redis still holds a
+/// firing timer, so it must not be stopped from its own turn.)
 pub fn fired() {
     state::with(|s| s.timer = None);
+}
+
+/// Arms the timer if something is due and no timer is left (a timer's turn that failed after
+/// its first step armed no next one): the cron calls it, so a due lapse or wait does not wait
+/// for the next command.
+pub fn keep_armed() {
+    if timer::live() == 0 {
+        if let Some(at) = first_due() {
+            arm(at);
+        }
+    }
 }
 
 /// A new index entry for the key `name` in `db`.

@@ -28,6 +28,7 @@ const KEYS_PER_TURN: usize = 10_000;
 
 pub fn fire(ctx: &Ctx) {
     schedule::fired();
+    guard::injected("the timer's turn");
     if timer::avoid_replica_traffic() {
         schedule::arm(now_ms() + PAUSED_RETRY_MS);
         return;

@@ -297,6 +297,27 @@ fn timer_panic() {
     survives(&s, "the timer", |_| {});
 }
 
+/// A timer's turn that fails after it forgot its own timer arms no next one: the cron arms it
+/// again, so the lease still lapses on time with no command to wake the schedule.
+#[test]
+fn a_timer_turn_that_fails_midway_is_armed_again_by_the_cron() {
+    let s = fault_server();
+    let mut c = Sock::connect(s.port);
+    arm(&mut c, "the timer's turn");
+    token(&c.cmd(&["RWLOCK.WLOCK", "k", "a", "200"]), "the lock");
+    // The turn at the lease's end fails; the cron re-arms and it fails again until cleared.
+    until(Duration::from_secs(5), "the turn fails", || {
+        s.log().contains("the timer panicked")
+    });
+    assert_eq!(c.lease_int("lease_lapses"), 0);
+    clear(&mut c);
+    // Only reads from here on: nothing but the cron can wake the schedule.
+    until(Duration::from_secs(5), "the lease lapses", || {
+        c.lease_int("lease_lapses") == 1
+    });
+    assert!(c.lease_int("lease_timers") <= 1);
+}
+
 #[test]
 fn info_panic() {
     let s = fault_server();

@@ -400,3 +400,99 @@ mod tests {
         assert_eq!(h.len(), 0);
     }
 }
+
+/// The holders against a plain map, over random puts and removes with and without caps: every
+/// query agrees, and the form is the canonical one (inline only for one uncapped hold).
+#[cfg(test)]
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u8, u32, u32, u64, u64),
+        Remove(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (
+                0u8..4,
+                0u32..3,
+                0u32..2,
+                0u64..6,
+                prop_oneof![Just(0u64), 1u64..4]
+            )
+                .prop_map(|(o, r, w, d, c)| Op::Put(o, r, w, d, c)),
+            (0u8..4).prop_map(Op::Remove),
+        ]
+    }
+
+    fn owner(i: u8) -> Id {
+        Id::from(format!("o{i}").as_str())
+    }
+
+    fn check(h: &Holders, m: &HashMap<u8, Hold>) {
+        assert_eq!(h.len(), m.len());
+        for i in 0..4u8 {
+            assert_eq!(h.get(&owner(i)), m.get(&i).copied(), "get {i}");
+        }
+        let reads: u64 = m.values().map(|x| u64::from(x.reads)).sum();
+        assert_eq!(h.total_reads(), reads);
+        assert_eq!(h.min_deadline(), m.values().map(|x| x.deadline).min());
+        assert_eq!(h.max_deadline(), m.values().map(|x| x.deadline).max());
+        assert_eq!(
+            h.has_writer(),
+            m.len() == 1 && m.values().all(|x| x.writes > 0)
+        );
+        for now in 0..7 {
+            let lapsed = h.first_lapsed(now);
+            assert_eq!(lapsed.is_some(), m.values().any(|x| x.deadline <= now));
+            if let Some(o) = lapsed {
+                let i = (0..4u8).find(|i| owner(*i) == o).unwrap();
+                assert_eq!(Some(m[&i].deadline), h.min_deadline());
+            }
+        }
+        let mut seen: Vec<(Id, Hold)> = h.iter().map(|v| (v.owner.clone(), v.hold)).collect();
+        seen.sort_by_key(|x| x.0.clone());
+        let mut want: Vec<(Id, Hold)> = m.iter().map(|(i, x)| (owner(*i), *x)).collect();
+        want.sort_by_key(|x| x.0.clone());
+        assert_eq!(seen, want);
+        match h {
+            Holders::Empty => assert!(m.is_empty()),
+            Holders::One(..) => assert!(m.len() == 1 && m.values().all(|x| x.cap == 0)),
+            Holders::Many(t) => {
+                assert!(
+                    m.len() >= 2 || (m.len() == 1 && m.values().all(|x| x.cap != 0)),
+                    "a table that should be inline: {m:?}"
+                );
+                assert_eq!(t.by_deadline.len(), t.by_owner.len());
+                for (o, x) in &t.by_owner {
+                    assert!(t.by_deadline.contains(&(x.deadline, o.clone())));
+                }
+                assert_eq!(t.reads, reads);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn holders_match_a_map(ops in proptest::collection::vec(op(), 0..40)) {
+            let mut h = Holders::default();
+            let mut m: HashMap<u8, Hold> = HashMap::new();
+            for o in ops {
+                match o {
+                    Op::Put(i, reads, writes, deadline, cap) => {
+                        let hold = Hold { reads, writes, deadline, token: deadline + 1, cap };
+                        h.put(&owner(i), hold);
+                        m.insert(i, hold);
+                    }
+                    Op::Remove(i) => prop_assert_eq!(h.remove(&owner(i)), m.remove(&i)),
+                }
+                check(&h, &m);
+            }
+        }
+    }
+}

@@ -62,7 +62,9 @@ pub fn stop(id: u64) {
     if ctx.is_null() {
         return;
     }
-    // SAFETY: a live context; Redis answers ERR for an id that already fired.
+    // SAFETY: a live context; Redis answers ERR for an id that already fired. (During its own
+    // callback a timer is still held, and stopping it there would free it twice: the timer's
+    // turn forgets its own id first, see `schedule::fired`.)
     let stopped = unsafe { api!(RedisModule_StopTimer)(ctx, id, std::ptr::null_mut()) };
     if stopped == raw::REDISMODULE_OK as i32 {
         LIVE.fetch_sub(1, Ordering::Relaxed);

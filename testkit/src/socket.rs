@@ -310,40 +310,42 @@ impl Sock {
     }
 }
 
-/// `CLIENT LIST` of the server at `port`, asked on a connection of its own (for a failure
-/// message: which client waits, blocked or with unread input).
-fn clients_of(port: u16) -> String {
-    let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return "(no connection)".into();
-    };
-    let mut c = Sock {
+/// A connection of its own to the server at `port`, for a failure message (`None` if it
+/// takes none).
+fn aside(port: u16) -> Option<Sock> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    Some(Sock {
         stream,
         buf: Vec::new(),
         port,
-    };
-    c.send(&[b"CLIENT", b"LIST"]);
-    match c.try_reply(Duration::from_secs(2)) {
-        Ok(Some(Resp::Bulk(b))) => String::from_utf8_lossy(&b).into_owned(),
-        other => format!("{other:?}"),
+    })
+}
+
+impl Sock {
+    /// A command's reply within 2 s, or `None` (for a failure message).
+    fn ask(&mut self, args: &[&[u8]]) -> Option<Resp> {
+        self.send(args);
+        self.try_reply(Duration::from_secs(2)).ok().flatten()
+    }
+}
+
+/// `CLIENT LIST` of the server at `port`, asked on a connection of its own (for a failure
+/// message: which client waits, blocked or with unread input).
+fn clients_of(port: u16) -> String {
+    match aside(port).map(|mut c| c.ask(&[b"CLIENT", b"LIST"])) {
+        None => "(no connection)".into(),
+        Some(Some(Resp::Bulk(b))) => String::from_utf8_lossy(&b).into_owned(),
+        Some(other) => format!("{other:?}"),
     }
 }
 
 /// What a server can say about a stall (for a failure message): its AOF's delayed fsyncs,
 /// its latency events and the end of its log.
 fn stall_evidence(port: u16) -> String {
-    let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else {
+    let Some(mut c) = aside(port) else {
         return "(no connection)".into();
     };
-    let mut c = Sock {
-        stream,
-        buf: Vec::new(),
-        port,
-    };
-    let mut ask = |args: &[&[u8]]| -> Option<Resp> {
-        c.send(args);
-        c.try_reply(Duration::from_secs(2)).ok().flatten()
-    };
-    let persistence = match ask(&[b"INFO", b"persistence"]) {
+    let persistence = match c.ask(&[b"INFO", b"persistence"]) {
         Some(Resp::Bulk(b)) => String::from_utf8_lossy(&b)
             .lines()
             .filter(|l| l.starts_with("aof_delayed_fsync") || l.starts_with("aof_last_write"))
@@ -351,8 +353,8 @@ fn stall_evidence(port: u16) -> String {
             .join(" "),
         other => format!("{other:?}"),
     };
-    let latency = ask(&[b"LATENCY", b"LATEST"]);
-    let log = match ask(&[b"CONFIG", b"GET", b"dir"]) {
+    let latency = c.ask(&[b"LATENCY", b"LATEST"]);
+    let log = match c.ask(&[b"CONFIG", b"GET", b"dir"]) {
         Some(Resp::Array(a)) if a.len() == 2 => match &a[1] {
             Resp::Bulk(dir) => {
                 let path = std::path::Path::new(&*String::from_utf8_lossy(dir)).join("redis.log");
